@@ -1,0 +1,43 @@
+"""ragen: multi-turn RL (StarPO) for LLM agents, as a plugin system.
+
+The public API plugins and users import. Importing ragen loads no plugin: entry points are read the first
+time a registry is asked for (``make_env``, ``list_envs``...).
+"""
+
+from ragen.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterResult
+from ragen.components import env_config_fields, list_components, list_envs, make_component, make_env
+from ragen.env import Env, EnvConfig, Expert, TextSpace, option
+from ragen.errors import ConfigError, EnvError, PluginError, RagenError, RegistrationError, UnknownNameError
+from ragen.parsing import Parsed, parse_response
+from ragen.plugin_api import hookimpl
+from ragen.plugins import broken_plugins, loaded_plugins
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdvantageInput",
+    "AdvantageOutput",
+    "AlgorithmPreset",
+    "FilterResult",
+    "ConfigError",
+    "Env",
+    "EnvConfig",
+    "EnvError",
+    "Expert",
+    "Parsed",
+    "PluginError",
+    "RagenError",
+    "RegistrationError",
+    "TextSpace",
+    "UnknownNameError",
+    "broken_plugins",
+    "env_config_fields",
+    "hookimpl",
+    "list_components",
+    "list_envs",
+    "loaded_plugins",
+    "make_component",
+    "make_env",
+    "option",
+    "parse_response",
+]

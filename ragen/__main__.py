@@ -1,0 +1,3 @@
+from ragen.cli import main
+
+main()

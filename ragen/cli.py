@@ -1,0 +1,208 @@
+"""The ``ragen`` command line. Core errors become one line on stderr and a non-zero exit (``--debug``: traceback)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from ragen.errors import RagenError
+
+
+class _Group(click.Group):
+    """A group whose errors are one line: ``Error: ...`` and exit 1 (2 for usage errors)."""
+
+    def main(self, args=None, **kwargs):
+        args = list(sys.argv[1:] if args is None else args)
+        debug = "--debug" in args
+        _install_warning_printer()
+        try:
+            return super().main(args=args, standalone_mode=False, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        except click.ClickException as exc:
+            if debug:
+                raise
+            click.echo(f"Error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except RagenError as exc:
+            if debug:
+                raise
+            click.echo(f"Error: {exc}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("Interrupted.", err=True)
+            sys.exit(130)
+
+    def resolve_command(self, ctx, args):
+        from ragen.errors import did_you_mean
+
+        name = args[0] if args else None
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            raise click.UsageError(f"no such command {name!r}{did_you_mean(name, self.list_commands(ctx))}")
+        return super().resolve_command(ctx, args)
+
+
+def _install_warning_printer() -> None:
+    def show(message, category, filename, lineno, file=None, line=None):
+        click.echo(f"warning: {message}", err=True)
+
+    warnings.showwarning = show
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="ragen")
+def cli(debug: bool) -> None:
+    """ragen: multi-turn RL (StarPO) for LLM agents."""
+
+
+# ---- plugins and components -------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+def plugins(as_json: bool) -> None:
+    """List installed plugins, their versions and components, and broken plugins with their errors."""
+    from ragen.plugins import KINDS, broken_plugins, get_registry, loaded_plugins
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # broken plugins are listed below, not warned about
+        broken = broken_plugins()
+        rows = []
+        for p in loaded_plugins():
+            comps = {kind: [c.name for c in get_registry(kind) if c.dist == p.dist] for kind in KINDS}
+            rows.append({"name": p.name, "distribution": p.dist, "version": p.version, "components": {k: v for k, v in comps.items() if v}})
+    if as_json:
+        click.echo(json.dumps({"plugins": rows, "broken": [vars_of(b) for b in broken]}, indent=2))
+        return
+    _table(
+        ["distribution", "version", "components"],
+        [[r["distribution"], r["version"], "; ".join(f"{k}: {', '.join(v)}" for k, v in r["components"].items()) or "-"] for r in rows],
+    )
+    for b in broken:
+        click.echo(f"BROKEN {b.dist} {b.version}: {b.error}")
+
+
+def vars_of(obj) -> dict:
+    import attrs
+
+    return attrs.asdict(obj)
+
+
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+def envs(name: str | None, as_json: bool) -> None:
+    """List registered environments, or show one env's config fields."""
+    from ragen.components import env_config_fields
+    from ragen.plugins import get_registry
+
+    reg = get_registry("env")
+    if name is not None:
+        item = reg.get(name)
+        fields = env_config_fields(name)
+        if as_json:
+            click.echo(json.dumps({"name": name, "distribution": item.dist, "description": item.description,
+                                   "config": {k: v for k, (v, _) in fields.items()}}, indent=2, default=str))
+            return
+        click.echo(f"{name} ({item.dist}): {item.description}")
+        _table(["option", "value", "meaning"], [[k, repr(v), doc] for k, (v, doc) in fields.items()])
+        return
+    if as_json:
+        click.echo(json.dumps([{"name": c.name, "distribution": c.dist, "description": c.description} for c in reg], indent=2))
+        return
+    _table(["env", "distribution", "description"], [[c.name, c.dist, c.description] for c in reg])
+
+
+@cli.command("check-env")
+@click.argument("name")
+@click.option("--seeds", default=10, show_default=True, help="Seeds for the determinism and random-episode checks.")
+@click.option("--expert-episodes", default=20, show_default=True, help="Expert episodes that must succeed.")
+def check_env_cmd(name: str, seeds: int, expert_episodes: int) -> None:
+    """Check that env NAME follows the ragen env contract (and gymnasium's)."""
+    from ragen.checker import check_env
+    from ragen.plugins import get_registry
+
+    get_registry("env").get(name)  # unknown names fail here with a did-you-mean
+    checks = check_env(name, seeds=seeds, expert_episodes=expert_episodes)
+    for c in checks:
+        click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+    failed = [c.name for c in checks if not c.ok]
+    if failed:
+        raise RagenError(f"{name}: {len(failed)} check(s) failed: {', '.join(failed)}")
+    click.echo(f"{name}: all {len(checks)} checks passed")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--seed", default=0, show_default=True, help="Episode seed.")
+@click.option("--episodes", default=1, show_default=True, help="Episodes to play.")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
+def play(name: str, seed: int, episodes: int, options: tuple[str, ...]) -> None:
+    """Play env NAME in the terminal: type actions (e.g. `Up || Left`) or a full <answer>…</answer> response."""
+    from ragen.play import play_episodes
+
+    play_episodes(name, seed=seed, episodes=episodes, options=_options(options))
+
+
+@cli.command("new-env")
+@click.argument("name")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+              help="Where to create the ragen-NAME package folder.")
+def new_env(name: str, directory: Path) -> None:
+    """Scaffold an env plugin package ragen-NAME that passes `ragen check-env NAME` out of the box."""
+    from ragen.scaffold import scaffold
+
+    path = scaffold(name, directory)
+    click.echo(f"created {path}\nnext: pip install -e {path} && ragen check-env {name} && ragen play {name}")
+
+
+# ---- training -----------------------------------------------------------------------------------------
+
+
+@cli.command(context_settings={"ignore_unknown_options": False})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), help="YAML or TOML config file.")
+@click.option("--env", "env_name", help="Env variant (env.name).")
+@click.option("--algo", "algo_name", help="Algorithm preset (algo.name).")
+@click.option("--model", "model_name", help="Model: tiny, smollm2, a Hugging Face id or a local path (model.name).")
+@click.argument("overrides", nargs=-1)
+def run(config_path: Path | None, env_name: str | None, algo_name: str | None, model_name: str | None, overrides: tuple[str, ...]) -> None:
+    """Train a policy with StarPO. OVERRIDES are section.key=value pairs, e.g. trainer.steps=5."""
+    from ragen.config import load_config
+    from ragen.plugins import get_registry
+
+    extra = [f"env.name={env_name}"] * bool(env_name) + [f"algo.name={algo_name}"] * bool(algo_name)
+    extra += [f"model.name={model_name}"] * bool(model_name)
+    cfg = load_config(config_path, [*overrides, *extra])
+    get_registry("env").get(cfg.env.name)
+    get_registry("algorithm").get(cfg.algo.name)
+    try:
+        from ragen import trainer
+    except ImportError:
+        raise RagenError("the StarPO training loop is not installed in this build yet (see the project's issue tracker)") from None
+    trainer.train(cfg)
+
+
+def _options(items: tuple[str, ...]) -> dict:
+    from ragen.config import apply_overrides
+
+    return apply_overrides({}, list(items))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    for i, row in enumerate([header, *rows]):
+        click.echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip())
+        if i == 0:
+            click.echo("  ".join("-" * w for w in widths))
+
+
+def main() -> None:
+    cli.main(prog_name="ragen")

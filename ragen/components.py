@@ -1,0 +1,53 @@
+"""Building registered components from names and options: ``make_env``, ``make_component``, listings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ragen.config import structure
+from ragen.env import Env
+from ragen.errors import ConfigError
+from ragen.plugins import get_registry
+from ragen.registry import Component
+
+
+def component_config(item: Component, options: dict | None = None, path: str | None = None) -> Any:
+    """The component's config: its registered defaults, then ``options``, structured into its attrs class."""
+    if item.config is None:
+        if options:
+            raise ConfigError(f"{path or item.name}: {item.kind} {item.name!r} takes no options, got {sorted(options)}")
+        return None
+    return structure(item.config, {**item.defaults, **(options or {})}, path=path or item.name)
+
+
+def make_env(name: str, **options: Any) -> Env:
+    """A ready env of the registered variant ``name``, its config fields overridden by ``options``."""
+    item = get_registry("env").get(name)
+    config = component_config(item, options, path=name)
+    env = item.factory(config)
+    env.name = name
+    return env
+
+
+def make_component(kind: str, name: str, **options: Any) -> Any:
+    """Call a registered component's factory with its structured config (parsers, estimators, filters...)."""
+    item = get_registry(kind).get(name)
+    return item.factory(component_config(item, options, path=name))
+
+
+def list_components(kind: str) -> list[Component]:
+    """Registered components of ``kind`` with their providing distribution."""
+    return list(get_registry(kind))
+
+
+def list_envs() -> list[Component]:
+    return list_components("env")
+
+
+def env_config_fields(name: str) -> dict[str, tuple[Any, str]]:
+    """Field name -> (effective default for this variant, doc) of an env variant's config."""
+    item = get_registry("env").get(name)
+    cfg = component_config(item, {}, path=name)
+    return {f.name: (getattr(cfg, f.name), f.metadata.get("doc", "")) for f in attrs.fields(type(cfg))}

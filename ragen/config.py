@@ -1,0 +1,223 @@
+"""The run configuration: one frozen attrs tree, loaded from YAML/TOML and ``section.key=value`` overrides.
+
+Structuring goes through one cattrs converter that rejects unknown keys; every error is a ``ConfigError``
+naming the key path (``trainer.steps: expected int, got 'x'``) and, for unknown keys, a did-you-mean.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+import yaml
+
+from ragen.env import option
+from ragen.errors import ConfigError, did_you_mean
+
+T = TypeVar("T")
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def structure(cls: type[T], data: Any, path: str = "") -> T:
+    """Structure ``data`` into ``cls``; errors become one ``ConfigError`` naming every bad key path."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
+    try:
+        return converter.structure(data, cls)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}.{exc}" if path else str(exc)) from None
+    except cattrs.BaseValidationError as exc:
+        raise ConfigError("; ".join(_messages(exc, cls, path, data))) from None
+    except (TypeError, ValueError) as exc:  # validators of attrs classes
+        raise ConfigError(f"{path or 'config'}: {exc}") from None
+
+
+_AT = re.compile(r"^(?P<msg>.*) @ \$(?P<path>.*)$")
+_EXTRA = re.compile(r"extra fields found \((?P<keys>[^)]*)\)")
+
+
+def _messages(exc: cattrs.BaseValidationError, cls: type, path: str, data: dict) -> list[str]:
+    out = []
+    for line in cattrs.transform_error(exc, path="$"):
+        m = _AT.match(line)
+        msg, where = (m["msg"], m["path"]) if m else (line, "")
+        where = (path + where) if path else where.lstrip(".")
+        extra = _EXTRA.search(msg)
+        if extra:
+            owner = _class_at(cls, where[len(path):].lstrip(".") if path else where)
+            known = [f.name for f in attrs.fields(owner)] if owner is not None and attrs.has(owner) else []
+            for key in (k.strip() for k in extra["keys"].split(",")):
+                full = f"{where}.{key}" if where else key
+                out.append(f"{full}: unknown key{did_you_mean(key, known)}")
+            continue
+        msg = msg.replace("invalid value for type, expected", "expected")
+        found, value = _value_at(data, where[len(path):].lstrip(".") if path else where)
+        out.append(f"{where or 'config'}: {msg}" + (f", got {value!r}" if found else ""))
+    return out
+
+
+def _value_at(data: Any, dotted: str) -> tuple[bool, Any]:
+    for part in filter(None, dotted.split(".")):
+        if not isinstance(data, dict) or part not in data:
+            return False, None
+        data = data[part]
+    return True, data
+
+
+def _class_at(cls: type, dotted: str) -> type | None:
+    for part in filter(None, dotted.split(".")):
+        if not attrs.has(cls):
+            return None
+        fields = {f.name: f for f in attrs.fields(cls)}
+        if part not in fields:
+            return None
+        cls = fields[part].type
+    return cls
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The RunConfig tree. Every field has a default and a doc string (a meta-test checks this).
+# ----------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ModelConfig:
+    """Which policy model to train."""
+
+    name: str = option("tiny", "'tiny' (built-in, offline), 'smollm2' (optional extra), a Hugging Face id or a local path.")
+    dtype: str = option("auto", "'auto' = fp32 on CPU, bf16 on GPU; or 'float32' / 'bfloat16'.")
+
+
+@attrs.frozen(kw_only=True)
+class EnvSection:
+    """Which environment to train on."""
+
+    name: str = option("sokoban", "A registered env variant (see `ragen envs`).")
+    options: dict[str, Any] = option(
+        factory=dict, doc="Overrides of the variant's config fields, e.g. {max_turns: 3}; checked by the env's config class."
+    )
+
+
+@attrs.frozen(kw_only=True)
+class AlgoSection:
+    """Which algorithm preset to use, and overrides of its settings."""
+
+    name: str = option("grpo", "A registered algorithm preset (see `ragen plugins`): grpo, ppo, ...")
+    options: dict[str, Any] = option(factory=dict, doc="Overrides of the preset's settings (estimator, clip ratios, ...).")
+
+
+@attrs.frozen(kw_only=True)
+class RolloutSection:
+    """How trajectories are sampled."""
+
+    n_groups: int = option(8, "Env groups per step; all members of a group share one seed (RAGEN env_groups: 8).")
+    group_size: int = option(16, "Members per group (RAGEN group_size: 16); GRPO's statistics are per group.")
+    n_val_groups: int = option(64, "Validation groups, seeds 123.. (RAGEN: 512; fewer keeps CPU runs short).")
+    temperature: float = option(1.0, "Training sampling temperature (RAGEN: 1.0).")
+    top_p: float = option(1.0, "Training nucleus sampling (RAGEN: 1.0 = off).")
+    val_temperature: float = option(0.5, "Validation sampling temperature (RAGEN: 0.5).")
+    max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).")
+    parser: str = option("think-answer", "The registered action parser applied to responses.")
+    engine: str = option("hf", "Rollout engine: 'hf' (transformers); 'vllm' when installed.")
+
+
+@attrs.frozen(kw_only=True)
+class TrainerSection:
+    """How the policy is updated."""
+
+    steps: int = option(200, "Training steps (RAGEN total_training_steps: 200).")
+    seed: int = option(0, "Seed of model init, sampling and shuffling.")
+    device: str = option("auto", "'auto' = cuda if available else cpu.")
+    zero_stage: int = option(0, "DeepSpeed ZeRO stage (0 is right for one CPU process).")
+    save_freq: int = option(100, "Checkpoint every N steps (RAGEN save_freq: 100).")
+    test_freq: int = option(10, "Validate every N steps and before training (RAGEN test_freq: 10).")
+
+
+@attrs.frozen(kw_only=True)
+class LoggingSection:
+    """Where results go."""
+
+    run_dir: str = option("runs", "Parent folder of run folders.")
+    wandb: bool = option(False, "Log to Weights & Biases (imported only then; offline mode works).")
+
+
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """Everything a run needs; `ragen run` writes the resolved tree into the run folder."""
+
+    model: ModelConfig = option(factory=ModelConfig, doc="The policy model.")
+    env: EnvSection = option(factory=EnvSection, doc="The environment.")
+    algo: AlgoSection = option(factory=AlgoSection, doc="The algorithm preset.")
+    rollout: RolloutSection = option(factory=RolloutSection, doc="Rollout sampling.")
+    trainer: TrainerSection = option(factory=TrainerSection, doc="Updates and checkpoints.")
+    logging: LoggingSection = option(factory=LoggingSection, doc="Outputs.")
+
+
+def read_file(path: str | Path) -> dict:
+    """Read a YAML or TOML config file into a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r}: expected a mapping at the top level")
+    return data
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``section.key=value`` overrides (values parsed as YAML: ``8``, ``true``, ``[8, 8]``)."""
+    data = _deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> RunConfig:
+    """Build a ``RunConfig`` from ``base`` < file < overrides."""
+    data = _deepcopy(base or {})
+    if path is not None:
+        data = _merge(data, read_file(path))
+    data = apply_overrides(data, list(overrides or []))
+    return structure(RunConfig, data)
+
+
+def to_dict(cfg: Any) -> dict:
+    return converter.unstructure(cfg)
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _deepcopy(d: dict) -> dict:
+    return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in d.items()}

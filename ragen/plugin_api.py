@@ -1,0 +1,5 @@
+"""The marker plugins decorate their hook implementations with."""
+
+import pluggy
+
+hookimpl = pluggy.HookimplMarker("ragen")

@@ -1,0 +1,1 @@
+raise ImportError("ragen_broken needs a library that is not installed")

@@ -1,0 +1,57 @@
+"""RunConfig: files, overrides, and errors that name the key."""
+
+import pytest
+
+from ragen.config import RunConfig, apply_overrides, load_config, structure
+from ragen.errors import ConfigError
+
+
+def test_defaults():
+    cfg = load_config()
+    assert cfg == RunConfig()
+    assert cfg.env.name == "sokoban" and cfg.algo.name == "grpo" and cfg.model.name == "tiny"
+
+
+def test_yaml_and_toml_files_and_overrides(tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("trainer:\n  steps: 7\nenv:\n  name: frozenlake\n  options:\n    max_turns: 3\n")
+    t = tmp_path / "c.toml"
+    t.write_text("[trainer]\nsteps = 9\n[rollout]\ntop_p = 0.9\n")
+    cfg = load_config(y, ["trainer.steps=11", "env.options.max_actions_per_turn=1"])
+    assert cfg.trainer.steps == 11 and cfg.env.name == "frozenlake"
+    assert cfg.env.options == {"max_turns": 3, "max_actions_per_turn": 1}
+    assert load_config(t).trainer.steps == 9 and load_config(t).rollout.top_p == 0.9
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["trainer.stepz=3"], "trainer.stepz: unknown key; did you mean 'steps'?"),
+        (["trainer.steps=many"], "trainer.steps: expected int, got 'many'"),
+        (["modle.name=x"], "modle: unknown key; did you mean 'model'?"),
+        (["rollout"], "expected section.key=value"),
+        (["trainer.steps.x=1"], "trainer.steps: expected int, got {'x': 1}"),
+    ],
+)
+def test_errors_name_the_key(override, message):
+    with pytest.raises(ConfigError) as exc:
+        load_config(overrides=override)
+    assert message in str(exc.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid yaml"):
+        load_config(bad)
+
+
+def test_override_values_are_yaml():
+    assert apply_overrides({}, ["a.b=[8, 8]", "a.c=true", "d=0.5"]) == {"a": {"b": [8, 8], "c": True}, "d": 0.5}
+
+
+def test_structure_rejects_non_mapping():
+    with pytest.raises(ConfigError, match="trainer: expected TrainerSection, got 3"):
+        structure(RunConfig, {"trainer": 3})

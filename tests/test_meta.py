@@ -1,0 +1,70 @@
+"""Meta-tests: every hook has a docs section and a test; every config field has a default and a doc string."""
+
+import ast
+import re
+
+import attrs
+import pytest
+
+from ragen import hookspecs
+from ragen.config import RunConfig
+
+from conftest import ROOT
+
+HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("register_"))
+
+
+def test_there_are_hooks():
+    assert {"register_envs", "register_action_parsers", "register_reward_shapers", "register_advantage_estimators",
+            "register_rollout_filters", "register_algorithms"} <= set(HOOKS)
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_has_docs_section(hook):
+    docs = (ROOT / "docs" / "plugin-hooks.md").read_text()
+    assert re.search(rf"^## {hook}\(register\)$", docs, re.M), f"docs/plugin-hooks.md lacks '## {hook}(register)'"
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_has_test(hook):
+    names = set()
+    for path in (ROOT / "tests").glob("test_*.py"):
+        names |= {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+    assert f"test_hook_{hook}" in names, f"no test_hook_{hook} in tests/"
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hook_has_docstring(hook):
+    doc = getattr(hookspecs, hook).__doc__ or ""
+    assert "Called" in doc, f"{hook}'s docstring must say when it is called"
+
+
+def _config_classes(cls, seen=None):
+    seen = seen if seen is not None else set()
+    if cls in seen or not attrs.has(cls):
+        return seen
+    seen.add(cls)
+    for f in attrs.fields(cls):
+        if isinstance(f.type, type):
+            _config_classes(f.type, seen)
+    return seen
+
+
+def _all_config_classes():
+    import ragen
+    from ragen.plugins import KINDS, get_registry
+
+    classes = _config_classes(RunConfig) | {ragen.AlgorithmPreset}
+    for kind in KINDS:
+        for item in get_registry(kind):
+            if item.config is not None:
+                classes.add(item.config)
+    return sorted(classes, key=lambda c: c.__qualname__)
+
+
+@pytest.mark.parametrize("cls", _all_config_classes(), ids=lambda c: f"{c.__module__}.{c.__qualname__}")
+def test_config_fields_documented(cls):
+    for f in attrs.fields(cls):
+        assert f.metadata.get("doc"), f"{cls.__qualname__}.{f.name} has no doc string"
+        if cls.__name__ != "AlgorithmPreset" or f.name != "estimator":
+            assert f.default is not attrs.NOTHING, f"{cls.__qualname__}.{f.name} has no default"
