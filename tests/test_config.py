@@ -55,3 +55,10 @@ def test_override_values_are_yaml():
 def test_structure_rejects_non_mapping():
     with pytest.raises(ConfigError, match="trainer: expected TrainerSection, got 3"):
         structure(RunConfig, {"trainer": 3})
+
+
+def test_docs_config_is_current():
+    from conftest import ROOT
+    from ragen.config import config_markdown
+
+    assert (ROOT / "docs" / "config.md").read_text() == config_markdown(), "run: python -m ragen.config > docs/config.md"

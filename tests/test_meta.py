@@ -44,7 +44,7 @@ def _config_classes(cls, seen=None):
     if cls in seen or not attrs.has(cls):
         return seen
     seen.add(cls)
-    for f in attrs.fields(cls):
+    for f in attrs.fields(attrs.resolve_types(cls)):
         if isinstance(f.type, type):
             _config_classes(f.type, seen)
     return seen
