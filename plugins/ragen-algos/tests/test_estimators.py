@@ -1,0 +1,89 @@
+"""Hand-computed advantages for GRPO, Dr. GRPO and token-level GAE (algorithms.md §4)."""
+
+import math
+
+import pytest
+import torch
+
+import ragen
+from ragen import AdvantageInput
+
+
+def batch(scores, groups, mask=None, rewards=None, values=None):
+    n = len(scores)
+    mask = torch.ones(n, 3) if mask is None else torch.tensor(mask, dtype=torch.float32)
+    rewards = torch.zeros_like(mask) if rewards is None else torch.tensor(rewards, dtype=torch.float32)
+    return AdvantageInput(token_rewards=rewards, mask=mask, scores=torch.tensor(scores, dtype=torch.float32),
+                          group_ids=torch.tensor(groups), values=None if values is None else torch.tensor(values))
+
+
+def test_grpo_hand_computed():
+    est = ragen.make_component("estimator", "grpo")
+    out = est(batch([1.0, 0.0, 0.0, 5.0], [7, 7, 7, 9], mask=[[0, 1, 1]] * 4))
+    # group 7: mean 1/3, unbiased std sqrt(1/3); group 9 has one member: mean 0, std 1
+    s = math.sqrt(1 / 3)
+    expected = [(1 - 1 / 3) / (s + 1e-6), (0 - 1 / 3) / (s + 1e-6), (0 - 1 / 3) / (s + 1e-6), 5.0 / (1 + 1e-6)]
+    assert out.advantages[:, 0].tolist() == [0.0] * 4  # mask-0 positions get nothing
+    assert out.advantages[:, 1].tolist() == pytest.approx(expected, rel=1e-5)
+    assert torch.equal(out.advantages[:, 1], out.advantages[:, 2])  # broadcast to every sampled token
+
+
+def test_grpo_group_ids_not_order():
+    est = ragen.make_component("estimator", "grpo")
+    a = est(batch([1.0, 3.0, 0.0, 2.0], [0, 1, 0, 1])).advantages[:, 0]
+    b = est(batch([1.0, 0.0, 3.0, 2.0], [0, 0, 1, 1])).advantages[:, 0]
+    assert a[[0, 2, 1, 3]].tolist() == pytest.approx(b.tolist())
+
+
+def test_dr_grpo_no_std():
+    est = ragen.make_component("estimator", "dr-grpo")
+    out = est(batch([2.0, 0.0], [0, 0]))
+    assert out.advantages[:, 0].tolist() == pytest.approx([1.0, -1.0])
+
+
+def test_gae_hand_computed_gamma_lambda():
+    est = ragen.make_component("estimator", "gae", gamma=0.5, lam=0.5, whiten=False)
+    # sampled positions 1, 2, 4 (position 3 is env text: skipped, not discounted)
+    mask = [[0, 1, 1, 0, 1]]
+    rewards = [[0, 0, 0, 0, 1.0]]
+    values = [[0, 0.2, 0.4, 9.0, 0.6]]
+    out = est(batch([1.0], [0], mask=mask, rewards=rewards, values=values))
+    d4 = 1.0 + 0 - 0.6
+    a4 = d4
+    d2 = 0 + 0.5 * 0.6 - 0.4
+    a2 = d2 + 0.25 * a4
+    d1 = 0 + 0.5 * 0.4 - 0.2
+    a1 = d1 + 0.25 * a2
+    assert out.advantages[0].tolist() == pytest.approx([0, a1, a2, 0, a4], abs=1e-6)
+    assert out.returns[0].tolist() == pytest.approx([0, a1 + 0.2, a2 + 0.4, 0, a4 + 0.6], abs=1e-6)
+
+
+def test_gae_gamma_lambda_one_is_score_minus_value():
+    est = ragen.make_component("estimator", "gae", whiten=False)
+    out = est(batch([2.0], [0], mask=[[1, 1, 1]], rewards=[[0, 0, 2.0]], values=[[0.5, 1.0, 1.5]]))
+    assert out.advantages[0].tolist() == pytest.approx([1.5, 1.0, 0.5])
+
+
+def test_gae_whitening_unbiased():
+    est = ragen.make_component("estimator", "gae")
+    out = est(batch([2.0], [0], mask=[[1, 1, 1]], rewards=[[0, 0, 2.0]], values=[[0.5, 1.0, 1.5]]))
+    x = torch.tensor([1.5, 1.0, 0.5])
+    expected = (x - x.mean()) / torch.sqrt(x.var(unbiased=True) + 1e-8)
+    assert out.advantages[0].tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_gae_needs_values():
+    with pytest.raises(ValueError, match="critic"):
+        ragen.make_component("estimator", "gae")(batch([1.0], [0]))
+
+
+def test_presets():
+    reg = {c.name: c.factory for c in ragen.list_components("algorithm")}
+    assert reg["ppo"].use_critic and reg["ppo"].estimator == "gae" and reg["ppo"].clip_ratio_high == 0.28
+    assert not reg["grpo"].use_critic and reg["grpo"].loss_agg_mode == "seq-mean-token-mean"
+    assert reg["ppo"].entropy_coef == 0.001 and reg["ppo"].kl_coef == 0.0
+
+
+def test_no_filter_keeps_all_groups():
+    res = ragen.make_component("filter", "none")([1.0, 2.0, 3.0], [5, 5, 2])
+    assert res.kept_groups == [2, 5] and res.metrics["rollout/filter_kept_ratio"] == 1.0

@@ -1,0 +1,92 @@
+"""Loss math of the update (algorithms.md §1.2, §5): chunked log-probs, PPO clip, value loss, aggregation.
+
+Aggregation normalisers are computed over the whole mini-batch before any backward pass (``AggNorm``), so
+the gradient does not depend on how the mini-batch is cut into micro-batches (the spec's FIX over verl).
+"""
+
+from __future__ import annotations
+
+import attrs
+import torch
+import torch.nn.functional as F
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+@attrs.frozen
+class AggNorm:
+    """Mini-batch-wide normalisers: sampled tokens, sequences with any sampled token, and the -norm constant."""
+
+    tokens: float
+    seqs: float
+    length_norm: float = 1.0
+
+    @classmethod
+    def of(cls, masks: list[torch.Tensor], length_norm: float = 1.0) -> AggNorm:
+        tokens = sum(float(m.sum()) for m in masks)
+        seqs = sum(float((m.sum(-1) > 0).sum()) for m in masks)
+        return cls(max(tokens, 1.0), max(seqs, 1.0), length_norm)
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, norm: AggNorm) -> torch.Tensor:
+    """This micro-batch's share of the mini-batch loss (summing the shares gives the mini-batch value)."""
+    mask = mask.to(values.dtype)
+    if mode == "token-mean":
+        return (values * mask).sum() / norm.tokens
+    if mode == "seq-mean-token-mean":
+        per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        return per_seq[mask.sum(-1) > 0].sum() / norm.seqs
+    if mode == "seq-mean-token-sum":
+        return (values * mask).sum() / norm.seqs
+    if mode == "seq-mean-token-sum-norm":
+        return (values * mask).sum() / (norm.seqs * norm.length_norm)
+    raise ValueError(f"loss_agg_mode: expected one of {', '.join(AGG_MODES)}, got {mode!r}")
+
+
+def token_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, input_ids: torch.Tensor, temperature: float = 1.0,
+                   chunk: int = 256, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(token_j | tokens_<j) at every position j (0 at j = 0), from hidden states, ``chunk`` positions at a time.
+
+    Never materialises the full [B, L, V] logits: only [B, chunk, V] at once.
+    """
+    b, length, _ = hidden.shape
+    out = torch.zeros(b, length, dtype=torch.float32, device=hidden.device)
+    ent = torch.zeros(b, length, dtype=torch.float32, device=hidden.device) if with_entropy else None
+    for start in range(0, length - 1, chunk):
+        end = min(start + chunk, length - 1)
+        logits = lm_head(hidden[:, start:end]).float() / temperature
+        logp = F.log_softmax(logits, dim=-1)
+        targets = input_ids[:, start + 1 : end + 1]
+        out[:, start + 1 : end + 1] = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        if ent is not None:
+            ent[:, start + 1 : end + 1] = -(logp.exp() * logp).sum(-1)
+    return out, ent
+
+
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, *, clip_low: float,
+                clip_high: float, clip_c: float, agg_mode: str, norm: AggNorm) -> tuple[torch.Tensor, dict]:
+    """PPO clip with clip-higher and dual clip (§5.1). Returns this micro-batch's loss share and metric sums."""
+    delta = torch.clamp(logp - old_logp, -20.0, 20.0)
+    ratio = torch.exp(delta)
+    l1 = -adv * ratio
+    l2 = -adv * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
+    clipped = torch.maximum(l1, l2)
+    dual = torch.minimum(clipped, -adv * clip_c)
+    loss_tok = torch.where(adv < 0, dual, clipped)
+    m = mask.to(loss_tok.dtype)
+    metrics = {
+        "actor/pg_clipfrac": float(((l2 > l1).float() * m).sum()),
+        "actor/pg_clipfrac_lower": float((((clipped > -adv * clip_c) & (adv < 0)).float() * m).sum()),
+        "actor/ppo_kl": float((-delta * m).sum()),
+    }
+    return aggregate(loss_tok, mask, agg_mode, norm), metrics
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, *,
+               clip: float, agg_mode: str, norm: AggNorm) -> tuple[torch.Tensor, dict]:
+    """Clipped value loss (§5.2): 0.5 · agg(max((v − G)², (clip(v) − G)²))."""
+    clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+    a, b = (values - returns) ** 2, (clipped - returns) ** 2
+    m = mask.to(values.dtype)
+    metrics = {"critic/vf_clipfrac": float(((b > a).float() * m).sum())}
+    return 0.5 * aggregate(torch.maximum(a, b), mask, agg_mode, norm), metrics
