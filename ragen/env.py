@@ -102,9 +102,9 @@ class Env(gymnasium.Env):
     metadata: ClassVar[dict] = {"render_modes": ["ansi"], "render_fps": 4}
     config_cls: ClassVar[type[EnvConfig]] = EnvConfig
     #: False for envs with stochastic transitions: the checker then does not demand that every expert episode wins
-    deterministic: ClassVar[bool] = True
+    deterministic: bool = True
     #: False for data-backed envs whose initial states may repeat across seeds
-    procedural: ClassVar[bool] = True
+    procedural: bool = True
 
     action_separator: str | None = "||"
 

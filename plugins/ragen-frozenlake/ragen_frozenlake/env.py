@@ -1,0 +1,242 @@
+"""The FrozenLake environment: RAGEN's random lakes, gymnasium's dynamics, a plain-text renderer.
+
+Dynamics are a real ``gymnasium.envs.toy_text.frozen_lake.FrozenLakeEnv`` built on the generated map and reset with
+the episode's noise seed (``Env.noise_rng``), so slips follow gymnasium's ``P`` table exactly: the intended direction
+with probability ``success_rate``, each perpendicular one with ``(1 - success_rate) / 2``.
+"""
+
+from typing import Any
+
+import attrs
+import numpy as np
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
+
+from ragen import ConfigError, Env, EnvConfig, option
+from ragen_frozenlake.expert import ACTIONS, ShortestPathExpert, ValueIterationExpert, transition_matrix
+from ragen_frozenlake.mapgen import GOAL, HOLE, LakeMap, generate_map
+
+OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
+
+
+@attrs.frozen(kw_only=True)
+class FrozenLakeConfig(EnvConfig):
+    """FrozenLake settings: map size and density, slipperiness, observation format, optional step limit."""
+
+    size: int = option(4, "Side of the square lake (RAGEN `size`: 4).")
+    p: float = option(0.9, "Probability that a cell is frozen rather than a hole (RAGEN CoordFrozenLake: 0.9).")
+    success_rate: float = option(
+        1.0, "Probability a move goes the intended way; the rest splits evenly over the two perpendicular ones (1 = no slips)."
+    )
+    observation_format: str = option("grid_coord", "'grid' (symbol grid), 'coord' (coordinate lines) or 'grid_coord' (both).")
+    max_steps: int | None = option(None, "Steps after which the env truncates the episode; None = no internal limit.")
+
+    def __attrs_post_init__(self) -> None:
+        if self.size < 2:
+            raise ConfigError(f"size: must be >= 2, got {self.size}")
+        if not 0.0 < self.p <= 1.0:
+            raise ConfigError(f"p: must be in (0, 1], got {self.p}")
+        if not 0.0 <= self.success_rate <= 1.0:
+            raise ConfigError(f"success_rate: must be in [0, 1], got {self.success_rate}")
+        if self.observation_format not in OBSERVATION_FORMATS:
+            raise ConfigError(
+                f"observation_format: expected one of {', '.join(OBSERVATION_FORMATS)}, got {self.observation_format!r}"
+            )
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ConfigError(f"max_steps: must be >= 1 or None, got {self.max_steps}")
+        super().__attrs_post_init__()
+
+
+# ---- rendering ----------------------------------------------------------------------------------------------------
+SYMBOLS = {"player": "P", "frozen": "_", "hole": "O", "goal": "G", "player_in_hole": "X", "player_on_goal": "√"}
+
+
+def render_grid(lake: LakeMap, player: tuple[int, int]) -> str:
+    """Rows of symbols, no spaces: ``P`` player, ``_`` frozen (start too), ``O`` hole, ``G`` goal, ``X``/``√``."""
+    rows = []
+    for r, row in enumerate(lake.desc):
+        cells = []
+        for c, ch in enumerate(row):
+            if (r, c) == player:
+                key = "player_in_hole" if ch == HOLE else "player_on_goal" if ch == GOAL else "player"
+            else:
+                key = "hole" if ch == HOLE else "goal" if ch == GOAL else "frozen"
+            cells.append(SYMBOLS[key])
+        rows.append("".join(cells))
+    return "\n".join(rows)
+
+
+def render_coord(lake: LakeMap, player: tuple[int, int]) -> str:
+    """``Board size``, ``Start``, ``Goal``, the player line, then ``Holes`` (omitted when there are none)."""
+    n = lake.size
+    ch = lake.desc[player[0]][player[1]]
+    label = "Player in hole" if ch == HOLE else "Player on goal" if ch == GOAL else "Player"
+    lines = [
+        f"Board size: {n} rows x {n} cols (zero-indexed).",
+        f"Start: {_fmt(lake.start)}",
+        f"Goal: {_fmt(lake.goal)}",
+        f"{label}: {_fmt(player)}",
+    ]
+    if lake.holes:
+        lines.append("Holes: " + ", ".join(_fmt(h) for h in lake.holes))
+    return "\n".join(lines)
+
+
+def render_observation(lake: LakeMap, player: tuple[int, int], observation_format: str) -> str:
+    if observation_format == "grid":
+        return render_grid(lake, player)
+    if observation_format == "coord":
+        return render_coord(lake, player)
+    return "Coordinates: \n" + render_coord(lake, player) + "\nGrid Map: \n" + render_grid(lake, player)
+
+
+def _fmt(cell: tuple[int, int]) -> str:
+    return f"({cell[0]}, {cell[1]})"
+
+
+# ---- the env ------------------------------------------------------------------------------------------------------
+class FrozenLakeEnv(Env):
+    """Walk across a random frozen lake to the goal without falling into a hole (RAGEN CoordFrozenLake)."""
+
+    config_cls = FrozenLakeConfig
+    name = "frozenlake"
+    config: FrozenLakeConfig
+
+    def __init__(self, config: FrozenLakeConfig | None = None, render_mode: str | None = "ansi"):
+        super().__init__(config, render_mode)
+        cfg = self.config
+        # one class serves both variants: the checker reads `env.deterministic` to demand that every expert episode wins
+        self.deterministic = cfg.success_rate >= 1.0
+        self.action_names = list(ACTIONS)
+        self.symbol_legend = self._legend(cfg)
+        self.instructions = self._instructions(cfg)
+        self.expert = ShortestPathExpert() if self.deterministic else ValueIterationExpert()
+        self.lake: LakeMap | None = None
+        self.steps = 0  #: env.step calls since reset (the core spends one unit of budget on each)
+        self._gym: GymFrozenLake | None = None
+        self._T: np.ndarray | None = None
+
+    # ---- text from the live config ------------------------------------------------------------------------------
+    @staticmethod
+    def _legend(cfg: FrozenLakeConfig) -> dict[str, str] | None:
+        if cfg.observation_format == "coord":
+            return None  # no symbol grid in the observation
+        legend = {"P": "player", "_": "frozen (safe)", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"}
+        if cfg.p >= 1.0:  # no holes can appear
+            del legend["O"], legend["X"]
+        return legend
+
+    @staticmethod
+    def _instructions(cfg: FrozenLakeConfig) -> str:
+        n = cfg.size
+        shows = {
+            "grid": "a symbol grid of the lake (row 0 at the top, column 0 on the left)",
+            "coord": "zero-indexed (row, col) coordinates of the start, goal, player and any holes",
+            "grid_coord": "both a symbol grid and zero-indexed (row, col) coordinates of the start, goal, player and "
+            "any holes",
+        }[cfg.observation_format]
+        parts = [
+            f"You are solving the FrozenLake puzzle on a {n}x{n} lake: move the player to the goal without falling "
+            "into a hole. Falling into a hole or reaching the goal ends the episode.",
+            f"The observation shows {shows}; coordinates run from (0, 0) top-left to ({n - 1}, {n - 1}) "
+            "bottom-right. Up and Down change the row, Left and Right the column; moving into the edge leaves the "
+            "player in place.",
+        ]
+        if cfg.success_rate < 1.0:
+            slip = (1.0 - cfg.success_rate) / 2
+            parts.append(
+                f"Beware: the ice is slippery, so the player may slide to an unintended tile. A move goes the intended "
+                f"way with probability {cfg.success_rate:.2g} and to each perpendicular side with probability {slip:.2g}."
+            )
+        parts.append("Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.")
+        return " ".join(parts)
+
+    # ---- state the expert and tests read ------------------------------------------------------------------------
+    @property
+    def state(self) -> int:
+        """gymnasium's state index of the player (row * size + col)."""
+        return int(self._require().s)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return divmod(self.state, self.lake.size)
+
+    @property
+    def is_running(self) -> bool:
+        """Reset and neither in a hole nor on the goal (nor truncated)."""
+        return self._gym is not None and not self._done and self.lake.desc[self.position[0]][self.position[1]] not in (HOLE, GOAL)
+
+    @property
+    def actions_left(self) -> int:
+        """Actions the episode can still execute: the per-episode budget (and ``max_steps``) minus steps taken."""
+        cap = self.config.max_actions_per_episode
+        if self.config.max_steps is not None:
+            cap = min(cap, self.config.max_steps)
+        return max(cap - self.steps, 0)
+
+    @property
+    def gym_env(self) -> GymFrozenLake:
+        """The inner gymnasium env (its ``P`` is the transition table)."""
+        return self._require()
+
+    @property
+    def transition_matrix(self) -> np.ndarray:
+        """``T[s, a, s']`` from gymnasium's ``P`` for the current map."""
+        if self._T is None:
+            gym = self._require()
+            self._T = transition_matrix(gym.P, gym.observation_space.n)
+        return self._T
+
+    @property
+    def goal_mask(self) -> np.ndarray:
+        return (self._require().desc == b"G").ravel()
+
+    @property
+    def hole_mask(self) -> np.ndarray:
+        return (self._require().desc == b"H").ravel()
+
+    def _require(self) -> GymFrozenLake:
+        if self._gym is None:
+            raise RuntimeError(f"{self.name}: call reset() first")
+        return self._gym
+
+    # ---- the contract -------------------------------------------------------------------------------------------
+    def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
+        options.pop("task_index", None)  # procedural: the seed alone picks the map
+        if options:
+            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
+        cfg = self.config
+        self.lake = generate_map(cfg.size, cfg.p, seed)
+        self.task_id = f"frozenlake/{cfg.size}x{cfg.size}/p{cfg.p:g}/s{seed}"
+        if self._gym is not None:
+            self._gym.close()
+        self._gym = GymFrozenLake(
+            render_mode=None, desc=list(self.lake.desc), is_slippery=cfg.success_rate < 1.0, success_rate=cfg.success_rate
+        )
+        self._gym.reset(seed=int(self.noise_rng().integers(2**63 - 1)))
+        self._T = None
+        self.steps = 0
+        assert self.position == self.lake.start, "gymnasium started elsewhere than the 'S' cell"
+        return self._render(), {}
+
+    def _step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        name = self.canonical_action(action)
+        truncated = self.config.max_steps is not None and self.steps >= self.config.max_steps
+        if name is None:  # unknown text: a no-op that earns nothing
+            info = {"success": False, "action_is_valid": False, "action_is_effective": False}
+            return self._render(), 0.0, False, truncated, info
+        before = self.state
+        after, reward, terminated, _, _ = self._gym.step(ACTIONS.index(name))
+        r, c = divmod(int(after), self.lake.size)
+        success = self.lake.desc[r][c] == GOAL
+        info = {"success": success, "action_is_valid": True, "action_is_effective": int(after) != before}
+        return self._render(), float(reward), bool(terminated), truncated and not terminated, info
+
+    def _render(self) -> str:
+        return render_observation(self.lake, self.position, self.config.observation_format)
+
+    def _close(self) -> None:
+        if self._gym is not None:
+            self._gym.close()
+            self._gym = None
+            self._T = None
