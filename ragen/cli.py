@@ -167,27 +167,77 @@ def new_env(name: str, directory: Path) -> None:
 # ---- training -----------------------------------------------------------------------------------------
 
 
-@cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), help="YAML or TOML config file.")
-@click.option("--env", "env_name", help="Env variant (env.name).")
-@click.option("--algo", "algo_name", help="Algorithm preset (algo.name).")
-@click.option("--model", "model_name", help="Model: tiny, smollm2, a Hugging Face id or a local path (model.name).")
-@click.argument("overrides", nargs=-1)
-def run(config_path: Path | None, env_name: str | None, algo_name: str | None, model_name: str | None, overrides: tuple[str, ...]) -> None:
-    """Train a policy with StarPO. OVERRIDES are section.key=value pairs, e.g. trainer.steps=5."""
+def _run_config(config_path, overrides, **named):
     from ragen.config import load_config
     from ragen.plugins import get_registry
 
-    extra = [f"env.name={env_name}"] * bool(env_name) + [f"algo.name={algo_name}"] * bool(algo_name)
-    extra += [f"model.name={model_name}"] * bool(model_name)
+    keys = {"env_name": "env.name", "algo_name": "algo.name", "model_name": "model.name"}
+    extra = [f"{keys[k]}={v}" for k, v in named.items() if v]
     cfg = load_config(config_path, [*overrides, *extra])
-    get_registry("env").get(cfg.env.name)
+    get_registry("env").get(cfg.env.name)  # unknown names fail here, with a did-you-mean
     get_registry("algorithm").get(cfg.algo.name)
-    try:
-        from ragen import trainer
-    except ImportError:
-        raise RagenError("the StarPO training loop is not installed in this build yet (see the project's issue tracker)") from None
-    trainer.train(cfg)
+    return cfg
+
+
+_config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), help="YAML or TOML config file.")
+_env_option = click.option("--env", "env_name", help="Env variant (env.name).")
+_model_option = click.option("--model", "model_name", help="tiny, smollm2, a Hugging Face id or a local path (model.name).")
+
+
+@cli.command()
+@_config_option
+@_env_option
+@click.option("--algo", "algo_name", help="Algorithm preset (algo.name): grpo, ppo, ...")
+@_model_option
+@click.option("--resume", type=click.Path(file_okay=False, path_type=Path), help="Continue the run in this folder.")
+@click.option("--warmstart", is_flag=True, help="Fine-tune on expert demonstrations before RL (see warmstart.*).")
+@click.argument("overrides", nargs=-1)
+def run(config_path, env_name, algo_name, model_name, resume, warmstart, overrides) -> None:
+    """Train a policy with StarPO. OVERRIDES are section.key=value pairs, e.g. trainer.steps=5."""
+    from ragen.trainer import train
+
+    if resume is not None and (config_path or env_name or algo_name or model_name or overrides or warmstart):
+        raise click.UsageError("--resume takes the run folder's own config; give no other options")
+    cfg = _run_config(config_path, overrides, env_name=env_name, algo_name=algo_name, model_name=model_name)
+    run_dir = train(cfg, resume=resume, warmstart=warmstart)
+    click.echo(f"run folder: {run_dir}")
+
+
+@cli.command("sft")
+@_config_option
+@_env_option
+@_model_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Output folder (default runs/sft-<env>).")
+@click.argument("overrides", nargs=-1)
+def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
+    """Fine-tune a model on expert demonstrations of an env (warmstart.* options); saves a HF model folder."""
+    from ragen.sft_cli import run_sft
+
+    cfg = _run_config(config_path, overrides, env_name=env_name, model_name=model_name)
+    path, metrics = run_sft(cfg, out)
+    click.echo(json.dumps(metrics, indent=2))
+    click.echo(f"model: {path}")
+
+
+@cli.command("eval")
+@_env_option
+@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, a local path or a Hugging Face id.")
+@click.option("-k", "k", default=1, show_default=True, help="Samples per seed (pass@k).")
+@click.option("--seeds", "n_groups", default=64, show_default=True, help="Validation seeds (123, 124, ...).")
+@click.option("--temperature", default=0.5, show_default=True, help="Sampling temperature (RAGEN validation: 0.5).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where to write trajectories.jsonl and metrics.json.")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
+def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options) -> None:
+    """Evaluate a model on an env's fixed validation seeds."""
+    from ragen.evaluate import evaluate
+    from ragen.plugins import get_registry
+
+    env_name = env_name or "sokoban"
+    get_registry("env").get(env_name)
+    out = out or Path("runs") / f"eval-{env_name}"
+    metrics = evaluate(env_name, model_name, k=k, n_groups=n_groups, temperature=temperature, out=out, options=_options(options))
+    click.echo(json.dumps(metrics, indent=2))
+    click.echo(f"trajectories: {out / 'trajectories.jsonl'}")
 
 
 def _options(items: tuple[str, ...]) -> dict:

@@ -115,29 +115,54 @@ class AlgoSection:
 
 @attrs.frozen(kw_only=True)
 class RolloutSection:
-    """How trajectories are sampled."""
+    """How trajectories are sampled. Defaults are sized for a CPU run; configs/ragen.yaml has RAGEN's."""
 
-    n_groups: int = option(8, "Env groups per step; all members of a group share one seed (RAGEN env_groups: 8).")
-    group_size: int = option(16, "Members per group (RAGEN group_size: 16); GRPO's statistics are per group.")
-    n_val_groups: int = option(64, "Validation groups, seeds 123.. (RAGEN: 512; fewer keeps CPU runs short).")
+    n_groups: int = option(4, "Env groups per step; all members of a group share one seed (RAGEN env_groups: 8).")
+    group_size: int = option(4, "Members per group (RAGEN: 16); GRPO's statistics and the filters work per group.")
+    n_val_groups: int = option(16, "Validation groups, seeds 123.. , one member each (RAGEN: 512).")
     temperature: float = option(1.0, "Training sampling temperature (RAGEN: 1.0).")
     top_p: float = option(1.0, "Training nucleus sampling (RAGEN: 1.0 = off).")
     val_temperature: float = option(0.5, "Validation sampling temperature (RAGEN: 0.5).")
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).")
+    response_length: int = option(0, "Generation cap per turn in tokens; 0 = the env's own response_length.")
     parser: str = option("think-answer", "The registered action parser applied to responses.")
     engine: str = option("hf", "Rollout engine: 'hf' (transformers); 'vllm' when installed.")
+    max_batch: int = option(64, "Most sequences generated in one engine call (memory bound).")
+    compat: str = option("", "'ragen' reproduces RAGEN's prompt quirks (episode budget in the action line, raw reward sums).")
 
 
 @attrs.frozen(kw_only=True)
 class TrainerSection:
-    """How the policy is updated."""
+    """How the policy is updated. Defaults are sized for a CPU run with the tiny model."""
 
-    steps: int = option(200, "Training steps (RAGEN total_training_steps: 200).")
+    steps: int = option(10, "Training steps (RAGEN total_training_steps: 200; 10 keeps a CPU smoke run short).")
     seed: int = option(0, "Seed of model init, sampling and shuffling.")
     device: str = option("auto", "'auto' = cuda if available else cpu.")
-    zero_stage: int = option(0, "DeepSpeed ZeRO stage (0 is right for one CPU process).")
-    save_freq: int = option(100, "Checkpoint every N steps (RAGEN save_freq: 100).")
-    test_freq: int = option(10, "Validate every N steps and before training (RAGEN test_freq: 10).")
+    zero_stage: int = option(0, "DeepSpeed ZeRO stage (0 is right for one process; 1-2 shard optimizer state across GPUs).")
+    actor_lr: float = option(1e-5, "Actor learning rate (RAGEN 1e-6 for 3B models; the tiny model needs more).")
+    critic_lr: float = option(1e-4, "Critic learning rate (RAGEN 1e-5).")
+    weight_decay: float = option(0.01, "AdamW weight decay (verl default 0.01).")
+    grad_clip: float = option(1.0, "Gradient norm clip for actor and critic (RAGEN 1.0).")
+    ppo_mini_batch_size: int = option(8, "Trajectories per optimizer step (RAGEN 32); kept rows split into near-equal mini-batches.")
+    micro_batch_size: int = option(4, "Trajectories per forward/backward (gradient accumulation inside a mini-batch).")
+    ppo_epochs: int = option(1, "Passes over the kept batch per step (RAGEN 1).")
+    logprob_chunk: int = option(256, "Positions per chunk when computing log-probs, so full-vocabulary logits never materialise.")
+    value_clip: float = option(0.5, "Critic value clip (RAGEN cliprange_value 0.5).")
+    save_freq: int = option(5, "DeepSpeed checkpoint every N steps (RAGEN 100); the final policy is always exported.")
+    test_freq: int = option(5, "Validate every N steps and before training (RAGEN 10); 0 = only before and after.")
+    format_penalty: float = option(-0.1, "Added to the trajectory score once per turn with a format violation (RAGEN -0.1).")
+    max_steps_wall_s: float = option(0.0, "Stop after this many seconds of training (0 = no limit); the run still checkpoints and exports.")
+
+
+@attrs.frozen(kw_only=True)
+class WarmstartSection:
+    """Expert warm start: supervised fine-tuning on expert demonstrations before RL."""
+
+    episodes: int = option(256, "Expert episodes to generate (seeds from 900000, disjoint from train and val).")
+    noise: float = option(0.0, "Probability of replacing an expert action with a random valid one.")
+    epochs: int = option(3, "Passes over the demonstrations.")
+    lr: float = option(1e-3, "SFT learning rate (the tiny model starts from random weights).")
+    batch_size: int = option(16, "Demonstrations per optimizer step.")
 
 
 @attrs.frozen(kw_only=True)
@@ -145,7 +170,11 @@ class LoggingSection:
     """Where results go."""
 
     run_dir: str = option("runs", "Parent folder of run folders.")
-    wandb: bool = option(False, "Log to Weights & Biases (imported only then; offline mode works).")
+    name: str = option("", "Run folder name; empty = '<env>-<algo>-<timestamp>'.")
+    wandb: bool = option(False, "Log to Weights & Biases (imported only then; WANDB_MODE=offline works).")
+    wandb_project: str = option("ragen", "Weights & Biases project.")
+    save_trajectories: int = option(8, "Trajectories per step written to trajectories.jsonl (0 = none, -1 = all).")
+    progress: bool = option(True, "Show a progress bar over steps.")
 
 
 @attrs.frozen(kw_only=True)
@@ -157,6 +186,7 @@ class RunConfig:
     algo: AlgoSection = option(factory=AlgoSection, doc="The algorithm preset.")
     rollout: RolloutSection = option(factory=RolloutSection, doc="Rollout sampling.")
     trainer: TrainerSection = option(factory=TrainerSection, doc="Updates and checkpoints.")
+    warmstart: WarmstartSection = option(factory=WarmstartSection, doc="Expert warm start (`ragen sft`, `ragen run --warmstart`).")
     logging: LoggingSection = option(factory=LoggingSection, doc="Outputs.")
 
 

@@ -1,0 +1,81 @@
+"""From trajectories to padded training tensors, and the split into mini- and micro-batches (algorithms.md §6.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import torch
+
+
+@attrs.define
+class Batch:
+    """Right-padded rows; ``attention_mask`` is 1 on real tokens only (padding never inferred from ids)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    token_rewards: torch.Tensor
+    scores: torch.Tensor
+    group_ids: torch.Tensor
+    rollout_logprobs: torch.Tensor
+    extra: dict = attrs.Factory(dict)  # per-row tensors added later: old_logprobs, values, advantages, returns
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def rows(self, idx: Sequence[int]) -> Batch:
+        """A sub-batch, trimmed to its own longest row."""
+        index = torch.as_tensor(list(idx), dtype=torch.long)
+        width = int(self.attention_mask[index].sum(-1).max())
+        cut = lambda t: t[index][:, :width] if t.dim() == 2 else t[index]  # noqa: E731
+        return Batch(**{f.name: cut(getattr(self, f.name)) for f in attrs.fields(Batch) if f.name != "extra"},
+                     extra={k: cut(v) for k, v in self.extra.items()})
+
+    def to(self, device: torch.device) -> Batch:
+        move = lambda t: t.to(device)  # noqa: E731
+        return Batch(**{f.name: move(getattr(self, f.name)) for f in attrs.fields(Batch) if f.name != "extra"},
+                     extra={k: move(v) for k, v in self.extra.items()})
+
+
+def collate(trajs: Sequence, pad_id: int, scores: Sequence[float]) -> Batch:
+    """Pad trajectories; trajectory reward placement: the score sits on the last sampled token (§2)."""
+    width = max(len(t.input_ids) for t in trajs)
+    n = len(trajs)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros(n, width, dtype=torch.long)
+    mask = torch.zeros(n, width, dtype=torch.float32)
+    rewards = torch.zeros(n, width, dtype=torch.float32)
+    lps = torch.zeros(n, width, dtype=torch.float32)
+    for i, (t, score) in enumerate(zip(trajs, scores, strict=True)):
+        k = len(t.input_ids)
+        ids[i, :k] = torch.tensor(t.input_ids)
+        attn[i, :k] = 1
+        mask[i, :k] = torch.tensor(t.loss_mask, dtype=torch.float32)
+        lps[i, :k] = torch.tensor(t.rollout_logprobs, dtype=torch.float32)
+        sampled = torch.nonzero(mask[i]).flatten()
+        if len(sampled):
+            rewards[i, int(sampled[-1])] = float(score)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    return Batch(ids, attn, pos, mask, rewards, torch.tensor(list(scores), dtype=torch.float32),
+                 torch.tensor([t.group_id for t in trajs], dtype=torch.long), lps)
+
+
+def mini_batches(n: int, mini_size: int, generator: torch.Generator) -> list[list[int]]:
+    """K rows -> max(1, round(K / mini_size)) shuffled mini-batches of near-equal size; no row duplicated."""
+    if n == 0:
+        return []
+    count = max(1, round(n / mini_size))
+    perm = torch.randperm(n, generator=generator).tolist()
+    base, extra = divmod(n, count)
+    out, start = [], 0
+    for i in range(count):
+        size = base + (i < extra)
+        out.append(perm[start : start + size])
+        start += size
+    return out
+
+
+def micro_batches(rows: list[int], micro_size: int) -> list[list[int]]:
+    return [rows[i : i + micro_size] for i in range(0, len(rows), micro_size)]

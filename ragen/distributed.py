@@ -1,0 +1,75 @@
+"""DeepSpeed engines for the actor and the critic, on one CPU process (gloo) or on GPUs (nccl)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ragen.errors import ConfigError
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.device: {name!r} requested but CUDA is not available")
+    return torch.device(name)
+
+
+
+
+def init_distributed(device: torch.device) -> None:
+    """Initialise torch.distributed through DeepSpeed (a one-process group unless a launcher set RANK etc.)."""
+    if device.type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    deepspeed.init_distributed(dist_backend="gloo" if device.type == "cpu" else "nccl", verbose=False)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_engine(module: torch.nn.Module, *, lr: float, weight_decay: float, grad_clip: float, zero_stage: int,
+                dtype: torch.dtype):
+    """A DeepSpeed engine around ``module`` with a plain torch AdamW (no JIT-compiled optimizer on CPU).
+
+    Gradient accumulation is caller-owned (``managed_gradient_accumulation: false``): ``backward()`` per
+    micro-batch, one ``step()`` per mini-batch, so mini-batches may differ in size after filtering.
+    """
+    import deepspeed
+
+    params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), weight_decay=weight_decay)
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": grad_clip,
+        "zero_optimization": {"stage": zero_stage},
+        "bf16": {"enabled": dtype == torch.bfloat16},
+        "fp16": {"enabled": False},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "zero_allow_untested_optimizer": True,
+    }
+    engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+    return engine
+
+
+def grad_norm(module: torch.nn.Module) -> float:
+    """Global L2 norm of the accumulated gradients (before clipping)."""
+    norms = [p.grad.detach().float().norm() for p in module.parameters() if p.grad is not None]
+    return float(torch.stack(norms).norm()) if norms else 0.0

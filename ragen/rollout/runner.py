@@ -1,0 +1,375 @@
+"""The multi-turn rollout loop (algorithms.md §1, §6.1 step 1; environments.md §1.2–1.4).
+
+Per round, every active episode's ids go to the engine in one batch (bucketed by ``response_length``); each
+response is parsed (``prefill + decoded ids``), applied through ``Episode.step_turn`` and recorded; unfinished episodes
+get ``[EOS fill] + D_{t+1}`` appended (reward text + next turn text) and stay in the next round. Malformed responses
+only earn the format penalty. An env raising in reset/step drops that one trajectory (counted in ``failed_envs``).
+An episode whose next turn would not fit ``max_model_len`` ends truncated with reason ``context_overflow``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from ragen.episode import FORMAT_PENALTY, Episode
+from ragen.errors import ConfigError
+from ragen.parsing import Parsed, parse_response
+from ragen.prompt import reward_text, system_prompt, turn_text
+from ragen.rollout.context import ChatContext, ChatFormat
+from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
+from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec
+from ragen.rollout.trajectory import Trajectory, TurnRecord
+
+log = logging.getLogger("ragen.rollout")
+
+TRUNCATION_KEYS = ("max_turns", "budget", "context_overflow", "env")
+
+
+@attrs.define
+class RolloutResult:
+    """The trajectories of one rollout (slot order, failed ones left out), the failure count and metrics."""
+
+    trajectories: list[Trajectory]
+    failed_envs: int = 0
+    errors: list[str] = attrs.Factory(list)  #: one line per failed env
+    metrics: dict[str, float] = attrs.Factory(dict)
+
+
+@attrs.define
+class _Running:
+    slot: EnvSlot
+    episode: Episode
+    ctx: ChatContext
+    traj: Trajectory
+    done: bool = False
+
+
+def _numeric_info(info: dict) -> dict[str, float]:
+    out = {}
+    for key, value in info.items():
+        if isinstance(value, bool):
+            out[key] = float(value)
+        elif isinstance(value, (int, float)) and math.isfinite(float(value)):
+            out[key] = float(value)
+    return out
+
+
+def _cap(env: Any, override: int) -> int:
+    """Generation cap of one turn: the override when > 0, else the env's ``response_length``."""
+    return int(override) if override and override > 0 else int(env.config.response_length)
+
+
+def _truncation_reason(ep: Episode) -> str | None:
+    if not ep.truncated:
+        return None
+    if getattr(ep.env, "_done", False):  # the env ended the episode itself (its own max_steps)
+        return "env"
+    if ep.actions_used >= ep.env.config.max_actions_per_episode:
+        return "budget"
+    return "max_turns"
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> str:
+    try:
+        return tokenizer.decode(ids, skip_special_tokens=False)
+    except Exception:  # ids the tokenizer cannot decode: an unparseable response
+        return ""
+
+
+def run_rollout(
+    engine: RolloutEngine,
+    tokenizer: Any,
+    envs: EnvGroups | Sequence[EnvSlot],
+    sampling: SamplingParams,
+    parser: Callable[[str], Parsed] | None = None,
+    max_model_len: int = 3600,
+    policy_version: int = 0,
+    split: str | None = None,
+    compat: str | None = None,
+    step: int = 0,
+    chat_format: ChatFormat | None = None,
+    enable_think: bool = True,
+    format_penalty: float = FORMAT_PENALTY,
+    response_length: int = 0,
+) -> RolloutResult:
+    """Play one episode per slot to the end; returns ``RolloutResult(trajectories, failed_envs, errors, metrics)``.
+
+    ``envs``: an ``EnvGroups`` (its ``slots(step)`` are played) or explicit slots. ``sampling``: temperature/top_p and
+    the base seed (each round derives its own); ``max_new_tokens`` per turn is each env's ``response_length``.
+    ``parser``: a registered action parser (``make_component('parser', name)``), called on ``prefill + decoded ids``;
+    default ``parse_response``. ``chat_format``: a prebuilt ``ChatFormat`` (saves the template study and prefix check
+    per call); when absent one is built from ``tokenizer`` with ``enable_think`` (False for the 'answer' parser: the
+    prefill is then ``<answer>``). ``split`` overrides the slots' split when given. ``compat='ragen'`` prints RAGEN's
+    system-prompt action count and raw reward sums.
+    """
+    fmt = chat_format or ChatFormat(tokenizer, enable_think=enable_think)
+    tokenizer = fmt.tokenizer if tokenizer is None else tokenizer
+    if parser is None:
+        think = fmt.enable_think
+        parser = lambda text: parse_response(text, enable_think=think)  # noqa: E731
+    eos_ids = set(int(i) for i in engine.eos_token_ids)
+    if fmt.eos_id not in eos_ids:
+        raise ConfigError(
+            f"the engine does not stop on the chat template's end-of-turn token {fmt.eos_text!r} (id {fmt.eos_id}); "
+            f"its EOS ids are {sorted(eos_ids)}"
+        )
+    slots = envs.slots(step) if isinstance(envs, EnvGroups) else list(envs)
+    errors: list[str] = []
+    running: list[_Running] = []
+    timing = defaultdict(float)
+
+    def fail(slot: EnvSlot, where: str, exc: BaseException) -> None:
+        msg = f"{slot.env_name} seed {slot.seed} member {slot.rollout_index}: {where} raised {type(exc).__name__}: {exc}"
+        log.warning("env failed, trajectory dropped: %s\n%s", msg, "".join(traceback.format_exception(exc)))
+        errors.append(msg)
+
+    t0 = time.perf_counter()
+    for slot in slots:
+        the_split = split or slot.split
+        try:
+            ep = Episode(slot.env, format_penalty=format_penalty)
+            ep.reset(slot.seed, {"split": the_split, "rollout_index": slot.rollout_index})
+            cfg = slot.env.config
+            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=fmt.enable_think)
+            system = system_prompt(slot.env, compat)
+        except Exception as exc:
+            fail(slot, "reset", exc)
+            continue
+        ctx = ChatContext(fmt, system, user)
+        traj = Trajectory(
+            env_name=slot.env_name,
+            seed=slot.seed,
+            group_id=slot.group_id,
+            rollout_index=slot.rollout_index,
+            split=the_split,
+            policy_version=policy_version,
+            input_ids=ctx.input_ids,
+            loss_mask=ctx.loss_mask,
+            rollout_logprobs=ctx.logprobs,
+            segments=ctx.segments,
+            task_id=slot.env.task_id,
+        )
+        run = _Running(slot, ep, ctx, traj)
+        if len(ctx) + _cap(slot.env, response_length) > max_model_len:
+            _finish(run, overflow=True)
+        running.append(run)
+    timing["env_s"] += time.perf_counter() - t0
+
+    failed: set[int] = set()
+    rnd = 0
+    active = [r for r in running if not r.done]
+    while active:
+        rnd += 1
+        buckets: dict[int, list[_Running]] = defaultdict(list)
+        for r in active:
+            buckets[_cap(r.slot.env, response_length)].append(r)
+        results: list[tuple[_Running, Generation, int]] = []
+        t0 = time.perf_counter()
+        for length, members in sorted(buckets.items()):
+            params = sampling.derive(rnd, length, max_new_tokens=length)
+            prompts = [m.ctx.prompt() for m in members]
+            per_env = getattr(engine, "generate_for_envs", None)  # engines that answer from env state (expert demos)
+            gens = per_env([m.slot.env for m in members], prompts, params) if per_env else engine.generate(prompts, params)
+            if len(gens) != len(members):
+                raise RuntimeError(f"engine returned {len(gens)} generations for {len(members)} prompts")
+            results.extend((m, g, length) for m, g in zip(members, gens))
+        timing["generate_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for run, gen, length in results:
+            try:
+                _apply(run, gen, length, tokenizer, parser, fmt, eos_ids, max_model_len, compat)
+            except Exception as exc:
+                fail(run.slot, f"turn {run.episode.turn}", exc)
+                failed.add(id(run))
+                run.done = True
+        timing["env_s"] += time.perf_counter() - t0
+        active = [r for r in active if not r.done]
+
+    trajectories = [r.traj for r in running if id(r) not in failed]
+    result = RolloutResult(trajectories, failed_envs=len(errors), errors=errors)
+    result.metrics = rollout_metrics(trajectories, failed_envs=len(errors))
+    result.metrics.update({f"time/{k}": v for k, v in timing.items()})
+    return result
+
+
+def _apply(
+    run: _Running,
+    gen: Generation,
+    length: int,
+    tokenizer: Any,
+    parser: Callable[[str], Parsed],
+    fmt: ChatFormat,
+    eos_ids: set[int],
+    max_model_len: int,
+    compat: str | None,
+) -> None:
+    ids = [int(i) for i in gen.token_ids]
+    logprobs = [float(x) for x in gen.logprobs]
+    if len(logprobs) != len(ids):
+        raise RuntimeError(f"engine returned {len(ids)} ids but {len(logprobs)} log-probs")
+    if len(ids) > length:  # an engine overrunning its cap: keep the first `length` ids, like a length stop
+        ids, logprobs = ids[:length], logprobs[:length]
+    ended_with_eos = bool(ids) and ids[-1] in eos_ids
+    span = run.ctx.add_response(ids, logprobs)
+    text = _decode(tokenizer, ids)
+    try:
+        parsed = parser(fmt.prefill + text)
+    except Exception:  # a parser choking on garbage: no match
+        parsed = Parsed(False)
+    answer = parsed.answer if parsed.matched else None
+    ep = run.episode
+    res = ep.step_turn(answer)
+    run.traj.turns.append(
+        TurnRecord(
+            response_text=text,
+            answer=answer,
+            executed=list(res.executed),
+            invalid=list(res.invalid),
+            reward=float(res.reward),
+            penalty=float(res.penalty),
+            format_ok=res.penalty == 0,
+            info=_numeric_info(res.info),
+            truncated_response=not ended_with_eos,
+            span=span,
+            finish_reason="stop" if ended_with_eos else "length",
+        )
+    )
+    run.traj.reward += float(res.reward)
+    run.traj.penalty += float(res.penalty)
+    if res.done:
+        _finish(run)
+        return
+    cfg = ep.env.config
+    user = reward_text(res.reward, compat) + turn_text(
+        ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed, enable_think=fmt.enable_think
+    )
+    pieces = run.ctx.next_user(user, ended_with_eos)
+    if len(run.ctx) + sum(len(p) for _, p in pieces) + length > max_model_len:
+        _finish(run, overflow=True)  # the delta is not appended: the trajectory still ends with A_t
+        return
+    run.ctx.extend(pieces)
+
+
+def _finish(run: _Running, overflow: bool = False) -> None:
+    ep, traj = run.episode, run.traj
+    traj.success = bool(ep.success)
+    if overflow:
+        traj.truncated, traj.truncation_reason = True, "context_overflow"
+    else:
+        traj.truncated, traj.truncation_reason = bool(ep.truncated), _truncation_reason(ep)
+    run.done = True
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) -> dict[str, float]:
+    """Batch metrics (un-prefixed; the trainer adds ``rollout/`` or ``val/``), plus per-variant ``<env>/<key>``."""
+    trajs = list(trajectories)
+    turns = [t for tr in trajs for t in tr.turns]
+    m: dict[str, float] = {
+        "num_trajectories": float(len(trajs)),
+        "failed_envs": float(failed_envs),
+        "success": _mean([float(t.success) for t in trajs]),
+        "score": _mean([t.score for t in trajs]),
+        "reward_mean": _mean([t.reward for t in trajs]),
+        "penalty_mean": _mean([t.penalty for t in trajs]),
+        "turns_mean": _mean([float(t.num_turns) for t in trajs]),
+        "valid_format_rate": _mean([float(t.format_ok) for t in turns]),
+        "parse_match_rate": _mean([float(t.answer is not None) for t in turns]),
+        "response_length_mean": _mean([float(t.response_length) for t in trajs]),
+        "turn_length_clip_rate": _mean([float(t.truncated_response) for t in turns]),
+        "sequence_length_mean": _mean([float(len(t.input_ids)) for t in trajs]),
+        "sequence_length_max": float(max((len(t.input_ids) for t in trajs), default=0)),
+        "truncated_rate": _mean([float(t.truncated) for t in trajs]),
+    }
+    for key in TRUNCATION_KEYS:
+        m[f"truncated/{key}"] = float(sum(t.truncation_reason == key for t in trajs))
+    by_env: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajs:
+        by_env[t.env_name].append(t)
+    for name, group in by_env.items():
+        m[f"{name}/success"] = _mean([float(t.success) for t in group])
+        m[f"{name}/score"] = _mean([t.score for t in group])
+        values: dict[str, list[float]] = defaultdict(list)
+        for t in group:
+            for turn in t.turns:
+                for key, value in turn.info.items():
+                    values[key].append(value)
+        for key, vals in values.items():
+            if key not in ("success", "score"):
+                m[f"{name}/{key}"] = _mean(vals)
+    return m
+
+
+class Rollout:
+    """The trainer's handle on rollouts: train and validation env pools built from a ``RunConfig``.
+
+    ``train_batch(step, ...)`` plays ``n_groups × group_size`` episodes with the train seeds of ``step``;
+    ``val_batch(...)`` plays ``n_val_groups`` single-member groups with the fixed validation seeds (split ``val``,
+    ``val_temperature``, top_p 1). ``factory(name, options)`` builds envs (default ``make_env``).
+    """
+
+    def __init__(self, engine: RolloutEngine, tokenizer: Any, cfg: Any, parser: Callable[[str], Parsed] | None = None,
+                 factory: Callable[[str, dict], Any] | None = None):
+        self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
+        r = cfg.rollout
+        self.parser = parser
+        self.chat_format = ChatFormat(tokenizer, enable_think=_parser_thinks(r.parser))
+        self.compat = getattr(r, "compat", "") or None
+        self.response_length = int(getattr(r, "response_length", 0) or 0)
+        self.format_penalty = float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY))
+        self._factory = {} if factory is None else {"factory": factory}
+        self.spec = GroupSpec(cfg.env.name, int(r.n_groups), dict(cfg.env.options))
+        self.train_groups = EnvGroups([self.spec], group_size=int(r.group_size), **self._factory)
+        self._val_groups: EnvGroups | None = None
+
+    @property
+    def val_groups(self) -> EnvGroups:
+        if self._val_groups is None:
+            spec = attrs.evolve(self.spec, n_groups=int(self.cfg.rollout.n_val_groups))
+            self._val_groups = EnvGroups.validation([spec], **self._factory)
+        return self._val_groups
+
+    def _run(self, groups: EnvGroups, step: int, sampling: SamplingParams, policy_version: int) -> RolloutResult:
+        r = self.cfg.rollout
+        return run_rollout(
+            self.engine, self.tokenizer, groups, sampling, parser=self.parser, max_model_len=int(r.max_model_len),
+            policy_version=policy_version, compat=self.compat, step=step, chat_format=self.chat_format,
+            format_penalty=self.format_penalty, response_length=self.response_length,
+        )
+
+    def train_batch(self, step: int, policy_version: int = 0, seed: int | None = None) -> RolloutResult:
+        r = self.cfg.rollout
+        params = SamplingParams(temperature=float(r.temperature), top_p=float(r.top_p), seed=seed)
+        return self._run(self.train_groups, step, params, policy_version)
+
+    def val_batch(self, policy_version: int = 0, seed: int | None = None) -> RolloutResult:
+        params = SamplingParams(temperature=float(self.cfg.rollout.val_temperature), top_p=1.0, seed=seed)
+        return self._run(self.val_groups, 0, params, policy_version)
+
+    def close(self) -> None:
+        for groups in (self.train_groups, self._val_groups):
+            if groups is not None:
+                groups.close()
+
+
+def _parser_thinks(name: str) -> bool:
+    """Whether the registered parser ``name`` expects ``<think>`` (its config's ``enable_think``, default True)."""
+    from ragen.components import component_config
+    from ragen.plugins import get_registry
+
+    try:
+        config = component_config(get_registry("parser").get(name), {}, path=name)
+    except Exception:
+        return True
+    return bool(getattr(config, "enable_think", True))

@@ -1,0 +1,93 @@
+"""Run outputs: the run folder, metrics.jsonl, trajectories.jsonl, structlog console events, wandb, progress bar."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """structlog to stderr, key=value, snake_case event names; library progress bars off (ours is the one)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+log = structlog.get_logger("ragen")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+class RunWriter:
+    """Writes the run folder; one instance per run, append-only so a resumed run continues its files."""
+
+    def __init__(self, run_dir: Path, config: dict, *, wandb: bool = False, wandb_project: str = "ragen", resume: bool = False):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self._wandb = None
+        if wandb:
+            import wandb as wandb_lib  # imported only when asked for
+
+            self._wandb = wandb_lib.init(project=wandb_project, dir=str(self.dir), config=config, name=self.dir.name,
+                                         resume="allow")
+
+    def metrics(self, step: int, values: dict[str, Any]) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in sorted(values.items())}}
+        with open(self.dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
+
+    def trajectories(self, name: str, rows: list[dict]) -> None:
+        if not rows:
+            return
+        with open(self.dir / name, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop metric lines of steps after the checkpoint (they will be recomputed)."""
+        path = self.dir / "metrics.jsonl"
+        if path.exists():
+            keep = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+            path.write_text("".join(line + "\n" for line in keep))
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def progress(total: int, initial: int, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, desc="train", unit="step", dynamic_ncols=True,
+                file=sys.stderr)

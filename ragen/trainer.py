@@ -1,0 +1,396 @@
+"""The StarPO trainer. One training step reads top to bottom in ``Trainer.step``:
+
+ROLLOUT -> SHAPE -> FILTER -> ADVANTAGES -> UPDATE -> LOG
+
+Everything a step uses comes from the registries by the names in the config: the env variant, the algorithm
+preset (estimator, filter, shapers, loss settings, critic or not) and the action parser.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime
+from pathlib import Path
+
+import attrs
+import numpy as np
+import torch
+
+from ragen import config as config_mod
+from ragen.algorithm import AdvantageInput, AlgorithmPreset
+from ragen.batch import Batch, collate, micro_batches, mini_batches
+from ragen.components import component_config, make_component, make_env
+from ragen.config import RunConfig
+from ragen.distributed import grad_norm, init_distributed, make_engine, pick_device
+from ragen.errors import ConfigError, RagenError
+from ragen.losses import AggNorm, aggregate, policy_loss, token_logprobs, value_loss
+from ragen.plugins import get_registry
+from ragen.runlog import RunWriter, configure_logging, log, progress
+
+CHECKPOINTS = "checkpoints"
+FINAL = "final"
+
+
+def resolve_preset(cfg: RunConfig) -> AlgorithmPreset:
+    """The algorithm preset named by ``algo.name`` with ``algo.options`` applied on top."""
+    item = get_registry("algorithm").get(cfg.algo.name)
+    preset = item.factory
+    if cfg.algo.options:
+        data = {**config_mod.converter.unstructure(preset), **cfg.algo.options}
+        preset = config_mod.structure(AlgorithmPreset, data, path="algo.options")
+    return preset
+
+
+def new_run_dir(cfg: RunConfig) -> Path:
+    name = cfg.logging.name or f"{cfg.env.name}-{cfg.algo.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    path = Path(cfg.logging.run_dir) / name
+    if path.exists() and any(path.iterdir()):
+        raise ConfigError(f"logging.name: run folder {str(path)!r} exists; use `ragen run --resume {path}` or another name")
+    return path
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+@attrs.define
+class StepResult:
+    metrics: dict
+    stop_reason: str | None = None
+
+
+class Trainer:
+    """Builds the engines and components of a run, then runs steps, validation and checkpoints."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False):
+        from ragen.models import load_model_and_tokenizer, resolve_dtype, resolve_model
+
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.device = pick_device(cfg.trainer.device)
+        self.dtype = resolve_dtype(cfg.model.dtype, str(self.device))
+        seed_everything(cfg.trainer.seed)
+
+        # components, by name, from the registries
+        self.preset = resolve_preset(cfg)
+        self.env_item = get_registry("env").get(cfg.env.name)
+        self.env_config = component_config(self.env_item, cfg.env.options, path="env.options")
+        self.estimator = make_component("estimator", self.preset.estimator, **self.preset.estimator_options)
+        self.filter = make_component("filter", self.preset.filter, **self.preset.filter_options)
+        self.shapers = [make_component("shaper", name) for name in self.preset.shapers]
+        self.parser = make_component("parser", cfg.rollout.parser)
+        if self.preset.use_critic is False and self.preset.estimator == "gae":
+            raise ConfigError("algo.options.use_critic: the gae estimator needs a critic")
+
+        # models and DeepSpeed engines
+        source_dir = self.run_dir / "model-source"
+        model, self.tokenizer = load_model_and_tokenizer(cfg.model.name, source_dir, [cfg.env.name],
+                                                         dtype=str(self.dtype).removeprefix("torch."), device=str(self.device))
+        self.model_source = resolve_model(cfg.model.name, source_dir, [cfg.env.name])
+        init_distributed(self.device)
+        tcfg = cfg.trainer
+        self.actor = make_engine(model, lr=tcfg.actor_lr, weight_decay=tcfg.weight_decay, grad_clip=tcfg.grad_clip,
+                                 zero_stage=tcfg.zero_stage, dtype=self.dtype)
+        self.critic = None
+        if self.preset.use_critic:
+            from ragen.critic import ValueModel
+
+            src = self.model_source
+            value_model = ValueModel.from_causal_lm(src.path, self.dtype, **src.from_pretrained_kwargs()).to(self.device)
+            self.critic = make_engine(value_model, lr=tcfg.critic_lr, weight_decay=tcfg.weight_decay,
+                                      grad_clip=tcfg.grad_clip, zero_stage=tcfg.zero_stage, dtype=self.dtype)
+        from ragen.rollout.hf_engine import HFEngine
+
+        self.engine = HFEngine(self.actor.module, self.tokenizer, max_batch=cfg.rollout.max_batch)
+        self.step_idx = 0
+        self.consecutive_empty = 0
+        self.writer = RunWriter(self.run_dir, config_mod.to_dict(cfg), wandb=cfg.logging.wandb,
+                                wandb_project=cfg.logging.wandb_project, resume=resume)
+        self._rollout = self._make_rollout()
+
+    # ------------------------------------------------------------------------------------------------
+    def _make_rollout(self):
+        from ragen.rollout import Rollout
+
+        return Rollout(self.engine, self.tokenizer, self.cfg, self.parser)
+
+    def _seed(self, *keys: int) -> int:
+        return int(np.random.SeedSequence([self.cfg.trainer.seed, *keys]).generate_state(1)[0])
+
+    # ------------------------------------------------------------------------------------------------
+    def step(self) -> StepResult:
+        """One StarPO step."""
+        cfg, step = self.cfg, self.step_idx
+        t0 = time.perf_counter()
+        metrics: dict = {}
+
+        # ==== ROLLOUT: n_groups x group_size envs, one seed per group, multi-turn, token-in/token-out ====
+        result = self._rollout.train_batch(step, policy_version=step, seed=self._seed(1, step))
+        trajs = result.trajectories
+        metrics.update({f"rollout/{k}": v for k, v in result.metrics.items()})
+        t_rollout = time.perf_counter() - t0
+        if not trajs:
+            raise RagenError(f"step {step}: every env failed ({result.failed_envs} failures); see the warnings above")
+
+        # ==== SHAPE: raw scores R_i = env rewards + format penalties; shapers never touch the raw copy ====
+        raw = [t.score for t in trajs]
+        groups = [t.group_id for t in trajs]
+        scores = list(raw)
+        for shape in self.shapers:
+            scores = list(shape(scores, groups))
+        metrics.update(_reward_metrics(raw, groups))
+
+        # ==== FILTER: keep or drop whole groups, always on raw rewards ====
+        kept = self.filter(raw, groups)
+        metrics.update(kept.metrics)
+        keep = set(kept.kept_groups)
+        rows = [i for i, g in enumerate(groups) if g in keep]
+        metrics["rollout/empty_after_filter"] = float(not rows)
+        self.consecutive_empty = self.consecutive_empty + 1 if not rows else 0
+        metrics["rollout/consecutive_empty_after_filter_steps"] = self.consecutive_empty
+        if not rows:
+            log.warning("empty_after_filter", step=step)
+            return self._finish_step(metrics, trajs, t0, t_rollout, 0.0)
+
+        # ==== ADVANTAGES: old log-probs (and values) on the exact sampled ids, then the estimator ====
+        t1 = time.perf_counter()
+        batch = collate([trajs[i] for i in rows], self.tokenizer.pad_token_id, [scores[i] for i in rows]).to(self.device)
+        self._old_logprobs(batch, metrics)
+        values = self._values(batch) if self.critic is not None else None
+        out = self.estimator(AdvantageInput(token_rewards=batch.token_rewards, mask=batch.loss_mask, scores=batch.scores,
+                                            group_ids=batch.group_ids, values=values))
+        batch.extra["advantages"] = out.advantages.to(self.device).float()
+        if values is not None:
+            batch.extra["values"] = values
+            batch.extra["returns"] = out.returns.to(self.device).float()
+        sampled = batch.loss_mask.bool()
+        metrics["actor/advantage_mean"] = float(batch.extra["advantages"][sampled].mean())
+
+        # ==== UPDATE: critic first, then actor; ppo_epochs over near-equal mini-batches ====
+        metrics.update(self._update(batch, step))
+        self.engine.sync_weights(self.actor.module)
+        return self._finish_step(metrics, trajs, t0, t_rollout, time.perf_counter() - t1)
+
+    def _finish_step(self, metrics: dict, trajs: list, t0: float, t_rollout: float, t_update: float) -> StepResult:
+        # ==== LOG: one metrics.jsonl line per step, sampled trajectories, console ====
+        tokens = sum(len(t.input_ids) for t in trajs)
+        metrics["timing/rollout_s"] = t_rollout
+        metrics["timing/update_s"] = t_update
+        metrics["timing/step_s"] = time.perf_counter() - t0
+        metrics["perf/tokens_per_s"] = tokens / max(metrics["timing/step_s"], 1e-9)
+        self.step_idx += 1
+        keep = self.cfg.logging.save_trajectories
+        sample = trajs if keep < 0 else trajs[:keep]
+        self.writer.trajectories("trajectories.jsonl", [{"step": self.step_idx, **t.to_dict()} for t in sample])
+        return StepResult(metrics)
+
+    # ------------------------------------------------------------------------------------------------
+    def _forward_logprobs(self, batch: Batch, with_entropy: bool):
+        module = self.actor.module
+        hidden = module.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                      position_ids=batch.position_ids).last_hidden_state
+        return token_logprobs(hidden, module.get_output_embeddings(), batch.input_ids, temperature=self.cfg.rollout.temperature,
+                              chunk=self.cfg.trainer.logprob_chunk, with_entropy=with_entropy)
+
+    @torch.no_grad()
+    def _old_logprobs(self, batch: Batch, metrics: dict) -> None:
+        old, ent = [], []
+        n = len(batch)
+        for rows in micro_batches(list(range(n)), self.cfg.trainer.micro_batch_size):
+            sub = batch.rows(rows)
+            lp, e = self._forward_logprobs(sub, with_entropy=True)
+            old.append(_pad_to(lp, batch.input_ids.shape[1]))
+            ent.append(_pad_to(e, batch.input_ids.shape[1]))
+        batch.extra["old_logprobs"] = torch.cat(old)
+        mask = batch.loss_mask.bool()
+        entropy = torch.cat(ent)
+        diff = (batch.extra["old_logprobs"] - batch.rollout_logprobs).abs()[mask]
+        metrics["actor/entropy"] = float(entropy[mask].mean()) if mask.any() else 0.0
+        metrics["rollout/logprob_abs_diff_mean"] = float(diff.mean()) if diff.numel() else 0.0
+        metrics["rollout/logprob_abs_diff_max"] = float(diff.max()) if diff.numel() else 0.0
+
+    @torch.no_grad()
+    def _values(self, batch: Batch) -> torch.Tensor:
+        out = []
+        for rows in micro_batches(list(range(len(batch))), self.cfg.trainer.micro_batch_size):
+            sub = batch.rows(rows)
+            out.append(_pad_to(self.critic(sub.input_ids, sub.attention_mask, sub.position_ids), batch.input_ids.shape[1]))
+        return torch.cat(out) * batch.loss_mask
+
+    def _update(self, batch: Batch, step: int) -> dict:
+        cfg, p = self.cfg.trainer, self.preset
+        gen = torch.Generator().manual_seed(self._seed(2, step))
+        length_norm = float(self.env_config.max_turns * self.env_config.response_length)
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+
+        def add(key: str, value: float, weight: float = 1.0) -> None:
+            sums[key] = sums.get(key, 0.0) + value
+            counts[key] = counts.get(key, 0.0) + weight
+
+        for _ in range(cfg.ppo_epochs):
+            for mini in mini_batches(len(batch), cfg.ppo_mini_batch_size, gen):
+                micros = [batch.rows(r) for r in micro_batches(mini, cfg.micro_batch_size)]
+                norm = AggNorm.of([m.loss_mask for m in micros], length_norm=length_norm)
+                if self.critic is not None:
+                    vloss_total = 0.0
+                    for m in micros:
+                        v = self.critic(m.input_ids, m.attention_mask, m.position_ids)
+                        vloss, vm = value_loss(v, m.extra["values"], m.extra["returns"], m.loss_mask, clip=cfg.value_clip,
+                                               agg_mode=p.loss_agg_mode, norm=norm)
+                        self.critic.backward(vloss)
+                        vloss_total += float(vloss.detach())
+                        add("critic/vf_clipfrac", vm["critic/vf_clipfrac"], float(m.loss_mask.sum()))
+                    add("critic/grad_norm", grad_norm(self.critic.module))
+                    self.critic.step()
+                    add("critic/vf_loss", vloss_total)
+                pg_total, ent_total = 0.0, 0.0
+                for m in micros:
+                    lp, ent = self._forward_logprobs(m, with_entropy=p.entropy_coef > 0)
+                    pg, pm = policy_loss(lp, m.extra["old_logprobs"], m.extra["advantages"], m.loss_mask,
+                                         clip_low=p.clip_ratio_low, clip_high=p.clip_ratio_high, clip_c=p.clip_ratio_c,
+                                         agg_mode=p.loss_agg_mode, norm=norm)
+                    loss = pg
+                    if ent is not None:
+                        ent_agg = aggregate(ent, m.loss_mask, p.loss_agg_mode, norm)
+                        loss = loss - p.entropy_coef * ent_agg
+                        ent_total += float(ent_agg.detach())
+                    if not torch.isfinite(loss):
+                        raise RagenError(f"step {step}: non-finite actor loss")
+                    self.actor.backward(loss)
+                    pg_total += float(pg.detach())
+                    ntok = float(m.loss_mask.sum())
+                    for k, v in pm.items():
+                        add(k, v, ntok)
+                add("actor/grad_norm", grad_norm(self.actor.module))
+                self.actor.step()
+                add("actor/pg_loss", pg_total)
+                add("actor/entropy_loss", ent_total)
+        return {k: sums[k] / max(counts[k], 1e-9) for k in sums}
+
+    # ------------------------------------------------------------------------------------------------
+    def validate(self) -> dict:
+        result = self._rollout.val_batch(policy_version=self.step_idx, seed=self._seed(3, self.step_idx))
+        self.writer.trajectories("val_trajectories.jsonl", [{"step": self.step_idx, **t.to_dict()} for t in result.trajectories])
+        return {f"val/{k}": v for k, v in result.metrics.items()}
+
+    def save_checkpoint(self) -> Path:
+        tag = f"step{self.step_idx}"
+        state = {"step": self.step_idx, "consecutive_empty": self.consecutive_empty, "rng": rng_state()}
+        ckpt = self.run_dir / CHECKPOINTS
+        self.actor.save_checkpoint(str(ckpt / "actor"), tag=tag, client_state=state)
+        if self.critic is not None:
+            self.critic.save_checkpoint(str(ckpt / "critic"), tag=tag)
+        log.info("checkpoint_saved", step=self.step_idx, path=str(ckpt))
+        return ckpt
+
+    def load_checkpoint(self) -> int:
+        ckpt = self.run_dir / CHECKPOINTS
+        path, state = self.actor.load_checkpoint(str(ckpt / "actor"))
+        if path is None:
+            raise ConfigError(f"--resume: no checkpoint under {ckpt}")
+        if self.critic is not None:
+            self.critic.load_checkpoint(str(ckpt / "critic"))
+        self.step_idx = int(state["step"])
+        self.consecutive_empty = int(state["consecutive_empty"])
+        set_rng_state(state["rng"])
+        self.engine.sync_weights(self.actor.module)
+        return self.step_idx
+
+    def export(self) -> Path:
+        out = self.run_dir / FINAL
+        self.actor.module.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+        return out
+
+    def close(self) -> None:
+        self._rollout.close()
+        self.writer.close()
+
+
+def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.shape[1] == width:
+        return t
+    return torch.nn.functional.pad(t, (0, width - t.shape[1]))
+
+
+def _reward_metrics(raw: list[float], groups: list[int]) -> dict:
+    by_group: dict[int, list[float]] = {}
+    for r, g in zip(raw, groups, strict=True):
+        by_group.setdefault(g, []).append(r)
+    stds = [float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for v in by_group.values()]
+    return {
+        "reward/mean": float(np.mean(raw)),
+        "reward/max": float(np.max(raw)),
+        "reward/min": float(np.min(raw)),
+        "reward/group_std": float(np.mean(stds)),
+        "rollout/frac_zero_std_groups": float(np.mean([s <= 1e-10 for s in stds])),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+def train(cfg: RunConfig, resume: Path | None = None, warmstart: bool = False) -> Path:
+    """Run (or resume) a training run; returns the run folder."""
+    configure_logging()
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder (no config.yaml)")
+        cfg = config_mod.load_config(run_dir / "config.yaml")
+    else:
+        run_dir = new_run_dir(cfg)
+    trainer = Trainer(cfg, run_dir, resume=resume is not None)
+    try:
+        if resume is not None:
+            start = trainer.load_checkpoint()
+            trainer.writer.truncate_after(start)
+            log.info("run_resumed", run_dir=str(run_dir), step=start)
+        else:
+            log.info("run_started", run_dir=str(run_dir), env=cfg.env.name, algo=cfg.algo.name, model=cfg.model.name)
+            if warmstart:
+                from ragen.sft import warmstart as do_warmstart
+
+                trainer.writer.metrics(0, do_warmstart(trainer))
+            trainer.writer.metrics(0, trainer.validate())
+        _loop(trainer)
+        final = trainer.export()
+        log.info("run_finished", run_dir=str(run_dir), final_model=str(final), steps=trainer.step_idx)
+    finally:
+        trainer.close()
+    return run_dir
+
+
+def _loop(trainer: Trainer) -> None:
+    cfg = trainer.cfg.trainer
+    t_start = time.perf_counter()
+    bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress)
+    try:
+        while trainer.step_idx < cfg.steps:
+            res = trainer.step()
+            step = trainer.step_idx
+            if cfg.test_freq and step % cfg.test_freq == 0 or step == cfg.steps:
+                res.metrics.update(trainer.validate())
+            trainer.writer.metrics(step, res.metrics)
+            bar.update(1)
+            bar.set_postfix({k.split("/")[-1]: f"{res.metrics[k]:.3g}" for k in
+                             ("rollout/success", "reward/mean", "actor/pg_loss", "val/success") if k in res.metrics})
+            if cfg.save_freq and step % cfg.save_freq == 0 and step < cfg.steps:
+                trainer.save_checkpoint()
+            if cfg.max_steps_wall_s and time.perf_counter() - t_start > cfg.max_steps_wall_s:
+                log.warning("wall_time_limit_reached", step=step)
+                break
+        trainer.save_checkpoint()
+    finally:
+        bar.close()

