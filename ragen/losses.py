@@ -77,7 +77,7 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, m
     metrics = {
         "actor/pg_clipfrac": float(((l2 > l1).float() * m).sum()),
         "actor/pg_clipfrac_lower": float((((clipped > -adv * clip_c) & (adv < 0)).float() * m).sum()),
-        "actor/ppo_kl": float((-delta * m).sum()),
+        "actor/ppo_kl": float((-delta.detach() * m).sum()),
     }
     return aggregate(loss_tok, mask, agg_mode, norm), metrics
 

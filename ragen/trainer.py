@@ -341,7 +341,7 @@ def _reward_metrics(raw: list[float], groups: list[int]) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------
-def train(cfg: RunConfig, resume: Path | None = None, warmstart: bool = False) -> Path:
+def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool = False) -> Path:
     """Run (or resume) a training run; returns the run folder."""
     configure_logging()
     if resume is not None:
