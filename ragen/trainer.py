@@ -380,17 +380,18 @@ def _loop(trainer: Trainer) -> None:
         while trainer.step_idx < cfg.steps:
             res = trainer.step()
             step = trainer.step_idx
-            if cfg.test_freq and step % cfg.test_freq == 0 or step == cfg.steps:
+            out_of_time = bool(cfg.max_steps_wall_s) and time.perf_counter() - t_start > cfg.max_steps_wall_s
+            if step == cfg.steps or out_of_time or (cfg.test_freq and step % cfg.test_freq == 0):
                 res.metrics.update(trainer.validate())
             trainer.writer.metrics(step, res.metrics)
             bar.update(1)
             bar.set_postfix({k.split("/")[-1]: f"{res.metrics[k]:.3g}" for k in
                              ("rollout/success", "reward/mean", "actor/pg_loss", "val/success") if k in res.metrics})
+            if out_of_time:
+                log.warning("wall_time_limit_reached", step=step, limit_s=cfg.max_steps_wall_s)
+                break
             if cfg.save_freq and step % cfg.save_freq == 0 and step < cfg.steps:
                 trainer.save_checkpoint()
-            if cfg.max_steps_wall_s and time.perf_counter() - t_start > cfg.max_steps_wall_s:
-                log.warning("wall_time_limit_reached", step=step)
-                break
         trainer.save_checkpoint()
     finally:
         bar.close()

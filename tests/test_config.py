@@ -62,3 +62,10 @@ def test_docs_config_is_current():
     from ragen.config import config_markdown
 
     assert (ROOT / "docs" / "config.md").read_text() == config_markdown(), "run: python -m ragen.config > docs/config.md"
+
+
+def test_ragen_reference_config_loads():
+    from conftest import ROOT
+
+    cfg = load_config(ROOT / "configs" / "ragen.yaml")
+    assert cfg.rollout.n_groups * cfg.rollout.group_size == 128 and cfg.trainer.actor_lr == 1e-6
