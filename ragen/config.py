@@ -34,9 +34,22 @@ def structure(cls: type[T], data: Any, path: str = "") -> T:
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc}" if path else str(exc)) from None
     except cattrs.BaseValidationError as exc:
+        inner = _config_error(exc)  # a validator of the class itself said what is wrong: keep its words
+        if inner is not None:
+            raise ConfigError(f"{path}.{inner}" if path else str(inner)) from None
         raise ConfigError("; ".join(_messages(exc, cls, path, data))) from None
     except (TypeError, ValueError) as exc:  # validators of attrs classes
         raise ConfigError(f"{path or 'config'}: {exc}") from None
+
+
+def _config_error(exc: BaseException) -> ConfigError | None:
+    if isinstance(exc, ConfigError):
+        return exc
+    for sub in getattr(exc, "exceptions", ()):
+        found = _config_error(sub)
+        if found is not None:
+            return found
+    return None
 
 
 _AT = re.compile(r"^(?P<msg>.*) @ \$(?P<path>.*)$")

@@ -1,0 +1,28 @@
+"""ragen-sokoban: the Sokoban environment and its variants, registered with ragen."""
+
+from ragen import hookimpl
+
+from ragen_sokoban.config import SokobanConfig
+from ragen_sokoban.env import SokobanEnv
+
+BUDGET = {"max_turns": 5, "max_actions_per_turn": 2, "max_actions_per_episode": 10}
+
+VARIANTS = {
+    "sokoban": ({**BUDGET, "max_tokens": 120}, "6x6, 1 box, grid + coordinates (RAGEN CoordSokoban)"),
+    "sokoban-grid": ({**BUDGET, "max_tokens": 100, "observation_format": "grid"}, "6x6, 1 box, grid only (RAGEN SimpleSokoban)"),
+    "sokoban-large": ({**BUDGET, "max_tokens": 120, "dim_room": (8, 8), "num_boxes": 2, "search_depth": 10},
+                      "8x8, 2 boxes (RAGEN LargerSokoban)"),
+    "sokoban-vocab": ({**BUDGET, "max_tokens": 100, "observation_format": "grid", "search_depth": 30,
+                       "grid_vocab": ("W", ".", "G", "C", "B", "A", "@")},
+                      "6x6, 1 box, other symbols with a matching legend (RAGEN SokobanDifferentGridVocab)"),
+    "sokoban-boxoban": ({"max_turns": 20, "max_actions_per_turn": 5, "max_actions_per_episode": 100, "max_tokens": 200,
+                         "max_steps": 200, "dim_room": (10, 10), "num_boxes": 4, "observation_format": "grid",
+                         "level_source": "boxoban"},
+                        "Boxoban 10x10, 4 boxes, from level files (set boxoban_files)"),
+}
+
+
+@hookimpl
+def register_envs(register):
+    for name, (defaults, description) in VARIANTS.items():
+        register(name, SokobanEnv, config=SokobanConfig, defaults=defaults, description=description)
