@@ -1,17 +1,26 @@
-"""Sokoban level generation: ragen-sokoban vs gym-sokoban's `generate_room`, 6x6 rooms with 1 box.
+"""Sokoban level generation speed: ragen-sokoban vs gym-sokoban's `generate_room`, 6x6 rooms with 1 box.
 
-Ours includes verifying every level with the push-level BFS solver (and rejecting over-budget ones); gym-sokoban's
-`generate_room` (0.0.6, the PyPI release; its reverse-play depth is set to RAGEN's 300 here) does no verification.
-gym-sokoban runs in a throwaway venv (created on first use with `pip install gym-sokoban`); if it cannot be
-installed the comparison is skipped with a message.
+ragen-sokoban: `ragen_sokoban.generator.generate` with the `sokoban` variant's settings (search depth 300, min 1 push,
+reject_over_budget with the 10-action budget); every level is verified by the push-level BFS solver, the time
+includes it. A second row keeps RAGEN's distribution (no budget rejection). gym-sokoban 0.0.6 (`pip install
+gym-sokoban`, RAGEN's generator origin): `generate_room(dim=(6, 6), num_steps=20, num_boxes=1)`; its reverse-play DFS
+has a hard-coded depth of 300 (= RAGEN's search_depth) and it verifies nothing; a failed room (score 0) raises and is
+counted as a failure. gym-sokoban is imported if installed, otherwise run in a throwaway venv built on first use
+(`python -m venv` + `pip install gym-sokoban`); if neither works, only ragen-sokoban is reported.
 
-    python bench/sokoban_generation.py [--n 1000] [--gym-n 200] [--out bench/results/sokoban_generation.json]
+    python bench/sokoban_generation.py [--n 1000] [--gym-n N] [--out bench/results/sokoban_generation.json]
+
+With --gym-n < --n, gym-sokoban's time is measured on --gym-n levels and normalised per level (the table shows it
+extrapolated to --n levels, marked so).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -24,9 +33,7 @@ GYM_CODE = """
 import random, sys, time, warnings
 warnings.filterwarnings("ignore")
 import numpy as np
-from gym_sokoban.envs import room_utils
 from gym_sokoban.envs.room_utils import generate_room
-room_utils.reverse_playing.__defaults__ = (300,)  # RAGEN's search_depth (the PyPI release hard-codes 100)
 n = int(sys.argv[1]); ok = 0
 t = time.perf_counter()
 for s in range(n):
@@ -34,62 +41,81 @@ for s in range(n):
     try:
         generate_room(dim=(6, 6), num_steps=20, num_boxes=1)
         ok += 1
-    except (RuntimeError, ValueError):
+    except (RuntimeError, RuntimeWarning, ValueError):
         pass
 print(time.perf_counter() - t, ok)
 """
 
 
-def ours(n: int) -> tuple[float, int]:
+def ours(n: int, budget: int | None) -> float:
     from ragen_sokoban.generator import generate
 
     t = time.perf_counter()
-    for seed in range(n):
-        generate(10_000 + seed, 6, 6, 1, 300, min_pushes=1, max_moves=10)
-    return time.perf_counter() - t, n
+    for seed in range(10_000, 10_000 + n):
+        generate(seed, 6, 6, 1, 300, min_pushes=1, max_moves=budget)
+    return time.perf_counter() - t
 
 
-def gym_sokoban(n: int) -> tuple[float, int] | str:
-    python = GYM_VENV / "bin" / "python"
+def gym_sokoban(n: int) -> tuple[float, int, str] | str:
+    """(seconds, rooms generated, where it ran), or why it could not run."""
     try:
-        if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(GYM_VENV)], check=True, capture_output=True)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "gym-sokoban"], check=True, capture_output=True, timeout=600)
-        out = subprocess.run([str(python), "-c", GYM_CODE, str(n)], check=True, capture_output=True, text=True, timeout=3600)
-    except (subprocess.SubprocessError, OSError) as exc:
-        return f"gym-sokoban unavailable ({type(exc).__name__}); comparison skipped"
-    seconds, ok = out.stdout.split()
-    return float(seconds), int(ok)
+        if importlib.util.find_spec("gym_sokoban") is not None:
+            python, where = sys.executable, "this interpreter"
+        else:
+            python, where = str(GYM_VENV / "bin" / "python"), f"throwaway venv {GYM_VENV}"
+            if not Path(python).exists():
+                print(f"building {GYM_VENV} (pip install gym-sokoban)...", flush=True)
+                subprocess.run([sys.executable, "-m", "venv", str(GYM_VENV)], check=True, capture_output=True)
+                subprocess.run([python, "-m", "pip", "install", "-q", "gym-sokoban"], check=True, capture_output=True,
+                               timeout=900)
+        out = subprocess.run([python, "-c", GYM_CODE, str(n)], check=True, capture_output=True, text=True, timeout=3600)
+        seconds, ok = out.stdout.split()
+        return float(seconds), int(ok), where
+    except (subprocess.SubprocessError, OSError, ValueError) as exc:
+        detail = getattr(exc, "stderr", None) or exc
+        return f"gym-sokoban unavailable ({type(exc).__name__}: {str(detail).strip()[-300:]}); comparison skipped"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="Levels generated by ragen-sokoban.")
-    ap.add_argument("--gym-n", type=int, default=1000, help="Levels generated by gym-sokoban (slow; per-level time is compared).")
+    ap.add_argument("--gym-n", type=int, default=None, help="Levels generated by gym-sokoban (default: --n).")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sokoban_generation.json")
     args = ap.parse_args()
+    gym_n = args.gym_n or args.n
 
-    our_s, our_n = ours(args.n)
-    gym = gym_sokoban(args.gym_n)
-    rows = [("ragen-sokoban (incl. BFS verification)", our_n, our_s)]
-    result = {"benchmark": "sokoban_generation", "date": date.today().isoformat(), "room": "6x6", "boxes": 1,
-              "ours": {"levels": our_n, "seconds": our_s, "ms_per_level": 1000 * our_s / our_n}}
+    rows = []  # (name, levels measured, seconds measured)
+    rows.append(("ragen-sokoban (BFS-verified, budget 10)", args.n, ours(args.n, 10)))
+    rows.append(("ragen-sokoban (BFS-verified, no budget)", args.n, ours(args.n, None)))
+    gym = gym_sokoban(gym_n)
+    result: dict = {
+        "benchmark": "sokoban_generation", "date": date.today().isoformat(), "room": "6x6", "boxes": 1, "n": args.n,
+        "python": platform.python_version(), "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0], "rows": [],
+    }
     if isinstance(gym, str):
         print(gym)
         result["gym_sokoban"] = gym
     else:
-        gym_s, gym_ok = gym
-        rows.append(("gym-sokoban generate_room", args.gym_n, gym_s))
-        result["gym_sokoban"] = {"levels": args.gym_n, "succeeded": gym_ok, "seconds": gym_s, "ms_per_level": 1000 * gym_s / args.gym_n}
-        result["speedup_per_level"] = (gym_s / args.gym_n) / (our_s / our_n)
-    print(f"{'generator':<40}{'levels':>8}{'seconds':>10}{'ms/level':>10}")
+        gym_s, gym_ok, where = gym
+        rows.append((f"gym-sokoban 0.0.6 generate_room ({gym_ok}/{gym_n} ok)", gym_n, gym_s))
+        result["gym_sokoban"] = {"levels": gym_n, "succeeded": gym_ok, "seconds": gym_s, "ran_in": where}
+
+    base = rows[0][2] / rows[0][1]  # seconds per level, ours
+    print(f"{'generator':<46}{'measured':>10}{'s per ' + str(args.n):>12}{'ms/level':>10}{'x ours':>8}")
     for name, n, s in rows:
-        print(f"{name:<40}{n:>8}{s:>10.2f}{1000 * s / n:>10.2f}")
-    if "speedup_per_level" in result:
-        print(f"ragen-sokoban is {result['speedup_per_level']:.1f}x faster per level "
-              f"({result['ours']['ms_per_level']:.2f} vs {result['gym_sokoban']['ms_per_level']:.2f} ms)")
+        per = s / n
+        scaled = per * args.n
+        mark = "*" if n != args.n else " "
+        print(f"{name:<46}{n:>10}{scaled:>11.3f}{mark}{1000 * per:>10.3f}{per / base:>8.1f}")
+        result["rows"].append({"generator": name, "levels": n, "seconds": s, "ms_per_level": 1000 * per,
+                               "seconds_per_n_levels": scaled, "extrapolated": n != args.n, "ratio_to_ours": per / base})
+    if any(n != args.n for _, n, _ in rows):
+        print(f"* measured on fewer levels, extrapolated per level to {args.n}")
+    if not isinstance(gym, str):
+        result["gym_sokoban_over_ours"] = (rows[-1][2] / rows[-1][1]) / base
+        print(f"gym-sokoban takes {result['gym_sokoban_over_ours']:.1f}x ragen-sokoban's time per level")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
 
 

@@ -498,7 +498,7 @@ def test_trajectory_json_and_metrics(tiny, fmt):
     assert data["input_ids"] == tr.input_ids and data["turns"][0]["span"] == list(tr.turns[0].span)
     assert tr.last_token_index == max(j for j, m in enumerate(tr.loss_mask) if m)
     for key in ("success", "score", "valid_format_rate", "turns_mean", "truncated/max_turns",
-                "truncated/context_overflow", "guess/success_rate", "failed_envs"):
+                "truncated/context_overflow", "guess/success", "failed_envs"):
         assert key in res.metrics
     assert res.metrics["num_trajectories"] == 2.0
 

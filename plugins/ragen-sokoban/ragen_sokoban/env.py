@@ -1,4 +1,4 @@
-"""The Sokoban env (environments.md §2): gym-sokoban dynamics and rewards, text observations, BFS expert."""
+"""The Sokoban env (environments.md §2): gym-sokoban dynamics and rewards, RAGEN's text observations, BFS expert."""
 
 from __future__ import annotations
 
@@ -20,134 +20,195 @@ from ragen_sokoban.solver import (
     solve,
 )
 
-STEP_PENALTY, BOX_ON, BOX_OFF, SOLVED = -0.1, 1.0, -1.0, 10.0
+#: gym-sokoban's reward constants
+STEP_PENALTY, BOX_ON_TARGET_REWARD, BOX_OFF_TARGET_PENALTY, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.0
 
 
 class SokobanExpert(Expert):
-    """Follows one optimal plan while the env stays on it; replans with the push-level BFS otherwise."""
+    """Plans with the push-level BFS from the env's current state and follows the plan while the env stays on it
+    (any other state, e.g. after a blocked or off-plan move, is replanned). ``[]``: solved, or no plan within the
+    solver's state limit (remembered, so a hopeless state is not searched twice)."""
 
     def __init__(self) -> None:
-        self._plan: dict[tuple, list[str]] = {}  # state -> remaining moves of the current plan
-
-    def next_actions(self, env: SokobanEnv, k: int) -> list[str]:
-        if env.boxes <= env.board.targets:
-            return []
-        state = (env.player, frozenset(env.boxes))
-        if state not in self._plan:
-            solution = solve(env.board, env.player, frozenset(env.boxes))
-            if solution is None:
-                return []
-            self._plan = _states_along(env.board, env.player, set(env.boxes), solution[1])
-        return self._plan[state][:k]
+        self._plan: dict[tuple, tuple[str, ...]] = {}  # state on the current plan -> the plan's remaining moves
+        self._hopeless: set[tuple] = set()
 
     def forget(self) -> None:
-        self._plan = {}
+        self._plan, self._hopeless = {}, set()
+
+    def plan(self, env: SokobanEnv) -> tuple[str, ...] | None:
+        state = env.state()
+        if state in self._plan:
+            return self._plan[state]
+        if state in self._hopeless:
+            return None
+        solution = solve(env.board, env.player, state[1])
+        if solution is None:
+            self._hopeless.add(state)
+            return None
+        self._plan = _states_along(env.board, env.player, state[1], tuple(solution[1]))
+        return self._plan.get(state, ())
+
+    def next_actions(self, env: SokobanEnv, k: int) -> list[str]:
+        if env.board is None or env.solved():
+            return []
+        return list((self.plan(env) or ())[: max(0, k)])
 
     def rationale(self, env: SokobanEnv) -> str:
-        r, c = divmod(env.player, env.board.cols)
-        boxes = ", ".join(str(divmod(b, env.board.cols)) for b in sorted(env.boxes - env.board.targets))
-        return f"I am at ({r}, {c}). I need to push the box at {boxes} onto a target without getting it stuck."
+        plan = self.plan(env) if env.board is not None and not env.solved() else None
+        if not plan:
+            return ""
+        grid = env.config.observation_format == "grid"
+
+        def at(cell: int) -> str:
+            r, c = divmod(cell, env.board.cols)
+            return f"row {r}, column {c}" if grid else f"({r}, {c})"
+
+        player, n = env.player, 0
+        while n < len(plan) and player + env.board.step[plan[n]] not in env.boxes:  # walk up to the first push
+            player += env.board.step[plan[n]]
+            n += 1
+        box = player + env.board.step[plan[n]]
+        walk = f"walk {n} step{'s' if n != 1 else ''} to {at(player)} and " if n else ""
+        pushes = sum(1 for _ in _pushes(env, plan))
+        return (f"I am at {at(env.player)}. Solving takes at least {pushes} push{'es' if pushes != 1 else ''}; "
+                f"first I {walk}push the box at {at(box)} {plan[n]}.")
 
 
-def _states_along(board: Board, player: int, boxes: set[int], moves: list[str]) -> dict[tuple, list[str]]:
+def _pushes(env: SokobanEnv, plan: tuple[str, ...]):
+    player, boxes = env.player, set(env.boxes)
+    for name in plan:
+        player += env.board.step[name]
+        if player in boxes:
+            boxes.remove(player)
+            boxes.add(player + env.board.step[name])
+            yield name
+
+
+def _states_along(board: Board, player: int, boxes: frozenset, moves: tuple[str, ...]) -> dict[tuple, tuple[str, ...]]:
     """Every state the plan passes through, mapped to the moves left from it."""
     out = {}
     for i, name in enumerate(moves):
-        out[(player, frozenset(boxes))] = moves[i:]
-        player += board.step[name]
+        out[(player, boxes)] = moves[i:]
+        d = board.step[name]
+        player += d
         if player in boxes:
-            boxes = (boxes - {player}) | {player + board.step[name]}
+            boxes = (boxes - {player}) | {player + d}
     return out
 
 
 class SokobanEnv(Env):
-    """Push every box onto a target."""
+    """Push every box onto a target (gym-sokoban rules, RAGEN observations)."""
 
     config_cls = SokobanConfig
 
     def __init__(self, config: SokobanConfig | None = None, render_mode: str | None = "ansi"):
         super().__init__(config, render_mode)
-        cfg = self.config
-        if cfg.level_source == "boxoban":
-            self._levels = load_levels(cfg.boxoban_files)  # fails early with a clear ConfigError
-        rows, cols = cfg.dim_room
-        coord = cfg.observation_format != "grid"
-        self.instructions = (
-            "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets. "
-            "When you are right next to a box, you can push it by moving in the same direction. "
-            "You cannot push a box through a wall, and you cannot pull a box. "
-            + (f"Coordinates are (row, column), from (0, 0) top-left to ({rows - 1}, {cols - 1}) bottom-right. " if coord else "")
-            + "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>."
-        )
+        cfg: SokobanConfig = self.config
+        self._levels = load_levels(cfg.boxoban_files) if cfg.level_source == "boxoban" else ()  # fails early
+        self.procedural = cfg.level_source == "procedural"
         self.action_names = list(MOVES)
         self.symbol_legend = dict(zip(cfg.grid_vocab, MEANINGS, strict=True)) if cfg.observation_format != "coord" else None
         self.expert = SokobanExpert()
         self.board: Board | None = None
-        self.boxes: set[int] = set()
+        self.boxes: frozenset[int] = frozenset()
         self.player = 0
         self.steps = 0
+        self.optimal_pushes: int | None = None
+        self.instructions = self._instructions(*cfg.dim_room)
+
+    def _instructions(self, rows: int, cols: int) -> str:
+        coords = ""
+        if self.config.observation_format != "grid":
+            coords = (f"Positions are (row, column), from (0, 0) top-left to ({rows - 1}, {cols - 1}) bottom-right; "
+                      "Up decreases the row, Down increases it, Left decreases the column, Right increases it. ")
+        return (
+            "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets. "
+            "When you are right next to a box, you can push it by moving in the same direction. "
+            "You cannot push a box into a wall or into another box, and you cannot pull a box. "
+            + coords
+            + "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>."
+        )
 
     # ---- reset -----------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
-        cfg = self.config
+        cfg: SokobanConfig = self.config
+        info: dict = {}
         if cfg.level_source == "boxoban":
             index = int(options.get("task_index", seed)) % len(self._levels)
-            room = [list(row) for row in self._levels[index]]
-            self.task_id = f"sokoban/boxoban/{index}"
-            info = {}
+            level = self._levels[index]
+            room = level.room
+            self.task_id = f"sokoban/boxoban/{level.name}"
+            self.optimal_pushes = None  # solved lazily by the expert
+            info["level_index"] = index
         else:
             rows, cols = cfg.dim_room
-            max_moves = cfg.max_actions_per_episode if cfg.reject_over_budget else None
-            room, pushes, moves = generate(seed, rows, cols, cfg.num_boxes, cfg.search_depth, cfg.min_pushes, max_moves,
-                                           cfg.player_displacement)
+            level = generate(seed, rows, cols, cfg.num_boxes, cfg.search_depth, cfg.min_pushes,
+                             cfg.action_budget if cfg.reject_over_budget else None, cfg.player_displacement)
+            room = level.room
             self.task_id = f"sokoban/{rows}x{cols}/b{cfg.num_boxes}/s{seed}"
-            info = {"optimal_pushes": pushes, "optimal_moves": len(moves)}
-        self.board = Board(room)
-        cols = self.board.cols
-        self.boxes = {r * cols + c for r, row in enumerate(room) for c, x in enumerate(row) if x in (BOX, BOX_ON_TARGET)}
-        self.player = next(r * cols + c for r, row in enumerate(room) for c, x in enumerate(row) if x in (PLAYER, PLAYER_ON_TARGET))
+            self.optimal_pushes = level.pushes
+            info.update(optimal_pushes=level.pushes, plan_moves=len(level.moves))
+        return self.load_room(room), info
+
+    def load_room(self, room) -> str:
+        """Set the level from a room of codes 0..6 and return its observation (used by ``_reset``; after a
+        ``reset()``, tests load hand-built levels with it)."""
+        self.board = board = Board(room)
+        cells = [(r * board.cols + c, x) for r, row in enumerate(room) for c, x in enumerate(row)]
+        self.boxes = frozenset(cell for cell, x in cells if x in (BOX, BOX_ON_TARGET))
+        self.player = next(cell for cell, x in cells if x in (PLAYER, PLAYER_ON_TARGET))
         self.steps = 0
         self.expert.forget()  # plans belong to the previous level
-        return self._observation(), info
+        self.instructions = self._instructions(board.rows, board.cols)
+        return self._observation()
 
     # ---- step --------------------------------------------------------------------------------------------
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         name = self.canonical_action(action)
-        if name is None:  # not an action: nothing happens, nothing is earned
+        board = self.board
+        if name is None:  # not an action: a no-op that uses no step and earns nothing
             return self._observation(), 0.0, False, False, {
-                "success": self._solved(), "action_is_valid": False, "action_is_effective": False}
+                "success": self.solved(), "action_is_valid": False, "action_is_effective": False,
+                "boxes_on_target": len(self.boxes & board.targets)}
         self.steps += 1
-        board, d = self.board, self.board.step[name]
-        reward = STEP_PENALTY
-        moved = False
-        nxt = self.player + d
-        if board._inside(self.player, name) and nxt in board.floor:
+        reward, moved = STEP_PENALTY, False
+        nxt = board.move(self.player, name)
+        if nxt is not None:
             if nxt not in self.boxes:
                 self.player, moved = nxt, True
-            elif board._inside(nxt, name) and nxt + d in board.floor and nxt + d not in self.boxes:
-                was, now = nxt in board.targets, nxt + d in board.targets
-                self.boxes = (self.boxes - {nxt}) | {nxt + d}
-                self.player, moved = nxt, True
-                reward += (BOX_ON if now and not was else 0.0) + (BOX_OFF if was and not now else 0.0)
-        solved = self._solved()
+            else:
+                dest = board.move(nxt, name)
+                if dest is not None and dest not in self.boxes:
+                    self.boxes = (self.boxes - {nxt}) | {dest}
+                    self.player, moved = nxt, True
+                    if dest in board.targets and nxt not in board.targets:
+                        reward += BOX_ON_TARGET_REWARD
+                    elif nxt in board.targets and dest not in board.targets:
+                        reward += BOX_OFF_TARGET_PENALTY
+        solved = self.solved()
         if solved:
-            reward += SOLVED
+            reward += SOLVED_REWARD
         truncated = not solved and self.steps >= self.config.max_steps
         info = {"success": solved, "action_is_valid": True, "action_is_effective": moved,
                 "boxes_on_target": len(self.boxes & board.targets)}
         return self._observation(), reward, solved, truncated, info
 
-    def _solved(self) -> bool:
+    # ---- state -------------------------------------------------------------------------------------------
+    def solved(self) -> bool:
         return self.board is not None and self.boxes <= self.board.targets
 
-    # ---- observation -------------------------------------------------------------------------------------
+    def state(self) -> tuple[int, frozenset[int]]:
+        """(player cell, box cells): the dynamic part of the level."""
+        return self.player, self.boxes
+
     def codes(self) -> list[list[int]]:
+        """The room as codes 0..6 (wall, empty, target, box on target, box, player, player on target)."""
         b = self.board
         out = []
         for r in range(b.rows):
             row = []
-            for c in range(b.cols):
-                cell = r * b.cols + c
+            for cell in range(r * b.cols, (r + 1) * b.cols):
                 target = cell in b.targets
                 if cell not in b.floor:
                     row.append(WALL)
@@ -160,28 +221,36 @@ class SokobanEnv(Env):
             out.append(row)
         return out
 
+    # ---- observation -------------------------------------------------------------------------------------
     def _observation(self) -> str:
         codes = self.codes()
         fmt = self.config.observation_format
-        grid = "\n".join("".join(self.config.grid_vocab[x] for x in row) for row in codes)
+        if fmt == "coord":
+            return coord_text(codes, self.config.coord_walls)
+        grid = grid_text(codes, self.config.grid_vocab)
         if fmt == "grid":
             return grid
-        coord = self._coord(codes)
-        return coord if fmt == "coord" else "Coordinates: \n" + coord + "\nGrid Map: \n" + grid
+        return "Coordinates: \n" + coord_text(codes, self.config.coord_walls) + "\nGrid Map: \n" + grid
 
-    def _coord(self, codes: list[list[int]]) -> str:
-        rows, cols = len(codes), len(codes[0])
-        cells = {k: [] for k in (TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET, WALL)}
-        for r, row in enumerate(codes):
-            for c, x in enumerate(row):
-                interior = 0 < r < rows - 1 and 0 < c < cols - 1
-                if x != WALL or interior:
-                    cells.setdefault(x, []).append(f"({r}, {c})")
-        lines = [f"Board size: {rows} rows x {cols} cols (zero-indexed)."]
-        if self.config.coord_walls and cells[WALL]:
-            lines.append("Walls: " + ", ".join(cells[WALL]))
-        for label, code in (("Targets", TARGET), ("Boxes", BOX), ("Boxes on target", BOX_ON_TARGET),
-                            ("Player", PLAYER), ("Player on target", PLAYER_ON_TARGET)):
-            if cells[code]:
-                lines.append(f"{label}: " + ", ".join(cells[code]))
-        return "\n".join(lines)
+
+def grid_text(codes: list[list[int]], vocab) -> str:
+    """Rows of symbols joined by newlines, no spaces."""
+    return "\n".join("".join(vocab[x] for x in row) for row in codes)
+
+
+def coord_text(codes: list[list[int]], walls: bool = False) -> str:
+    """RAGEN's coordinate listing: the board size, then the non-empty groups among targets, boxes, boxes on target,
+    player, player on target; ``walls`` adds the interior walls after the size line."""
+    rows, cols = len(codes), len(codes[0])
+    cells: dict[int, list[str]] = {code: [] for code in range(7)}
+    for r, row in enumerate(codes):
+        for c, x in enumerate(row):
+            if x != WALL or (0 < r < rows - 1 and 0 < c < cols - 1):
+                cells[x].append(f"({r}, {c})")
+    lines = [f"Board size: {rows} rows x {cols} cols (zero-indexed)."]
+    groups = [("Targets", TARGET), ("Boxes", BOX), ("Boxes on target", BOX_ON_TARGET), ("Player", PLAYER),
+              ("Player on target", PLAYER_ON_TARGET)]
+    if walls:
+        groups.insert(0, ("Walls", WALL))
+    lines += [f"{label}: " + ", ".join(cells[code]) for label, code in groups if cells[code]]
+    return "\n".join(lines)
