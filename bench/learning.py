@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=15.0, help="RL wall-time budget (the warm start is extra).")
     ap.add_argument("--steps", type=int, default=200, help="Upper bound on RL steps.")
     ap.add_argument("--val-seeds", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=2e-4, help="GRPO actor learning rate (the warm start uses 1e-3).")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "learning.json")
     ap.add_argument("--run-dir", type=Path, default=None, help="Keep the run here (default: a temp folder).")
     args = ap.parse_args()
@@ -38,7 +39,7 @@ def main() -> None:
         "rollout.n_groups=8",
         "rollout.group_size=8",
         f"rollout.n_val_groups={args.val_seeds}",
-        "trainer.actor_lr=5e-5",
+        f"trainer.actor_lr={args.lr}",
         "trainer.ppo_mini_batch_size=32",
         "trainer.micro_batch_size=8",
         f"trainer.steps={args.steps}",
@@ -68,6 +69,8 @@ def main() -> None:
         "env": "frozenlake-slippery",
         "val_seeds": args.val_seeds,
         "warmstart_noise": 0.3,
+        "actor_lr": args.lr,
+        "noisy_expert_demo_success": warm.get("sft/demo_success"),
         "warmstart_time_s": warm.get("timing/sft_s"),
         "val_success_before_rl": before,
         "val_success_after_rl": after,
@@ -80,6 +83,7 @@ def main() -> None:
         "run_dir": str(run),
     }
     print(f"{'stage':<28}{'val success (128 seeds)':>26}")
+    print(f"{'noisy expert demos (train)':<28}{warm.get('sft/demo_success', float('nan')):>26.3f}")
     print(f"{'after warm start (noise 0.3)':<28}{before:>26.3f}")
     print(f"{'after GRPO, ' + str(steps) + ' steps':<28}{after:>26.3f}")
     print(f"gain {result['gain_points']:+.1f} points; RL {rl_time / 60:.1f} min; total {wall / 60:.1f} min; target met: {result['met']}")

@@ -30,8 +30,12 @@ def init_distributed(device: torch.device) -> None:
         return
     for key, value in {"MASTER_ADDR": "127.0.0.1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    own_port = "MASTER_PORT" not in os.environ
+    if own_port:
+        os.environ["MASTER_PORT"] = str(_free_port())
     deepspeed.init_distributed(dist_backend="gloo" if device.type == "cpu" else "nccl", verbose=False)
+    if own_port:  # the store is up; a child process (another `ragen run`) must not inherit our port and collide
+        del os.environ["MASTER_PORT"]
 
 
 def _free_port() -> int:

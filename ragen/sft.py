@@ -44,7 +44,8 @@ class ExpertEngine:
     def response_text(self, env) -> str:
         if env.expert is None:
             raise ConfigError(f"env {env.name!r} has no expert, so it cannot be warm-started")
-        actions = env.expert.next_actions(env, env.config.max_actions_per_turn)
+        expert = env.expert.next_actions(env, env.config.max_actions_per_turn)
+        actions = list(expert)
         if env.action_names:
             actions = [self.rng.choice(env.action_names) if self.rng.random() < self.noise else a for a in actions]
         sep = f" {env.action_separator} " if env.action_separator else ""
@@ -52,7 +53,10 @@ class ExpertEngine:
         answer_part = f"<answer>{answer}</answer>"
         if not self.enable_think:  # the prefill was "<answer>"
             return answer_part.removeprefix("<answer>")
-        return f"{env.expert.rationale(env)}</think>{answer_part}"
+        # A noised turn must not carry the expert's reasoning for other actions: the demo would teach answers that
+        # contradict their own <think>. It says it explores instead, a branch RL can learn to prune.
+        think = env.expert.rationale(env) if actions == expert else f"Exploring: trying {answer}."
+        return f"{think}</think>{answer_part}"
 
     def generate_for_envs(self, envs, prompts, params: SamplingParams) -> list[Generation]:
         out = []

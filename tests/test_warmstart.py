@@ -1,0 +1,60 @@
+"""Expert warm start as a user runs it: `ragen sft` then `ragen eval` on the same fixed seeds, against the very
+weights the fine-tune started from (a reduced demo budget keeps this to a few minutes on CPU)."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import ragen_cmd
+
+
+
+def ragen(*args, cwd):
+    res = subprocess.run(ragen_cmd(*args), capture_output=True, text=True, timeout=900, cwd=cwd)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def evaluate(model, tmp_path, name):
+    ragen("eval", "--env", "frozenlake", "--model", str(model), "--seeds", "32", "--out", str(tmp_path / name), cwd=tmp_path)
+    return json.loads((tmp_path / name / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_sft_then_eval_beats_the_untrained_model(tmp_path):
+    out = tmp_path / "sft"
+    stdout = ragen("sft", "--env", "frozenlake", "--out", str(out), "warmstart.episodes=192", "warmstart.epochs=8", cwd=tmp_path)
+    assert f"model: {out / 'final'}" in stdout
+    sft_metrics = json.loads(stdout[stdout.index("{\n") : stdout.rindex("}") + 1])  # after the log lines
+    assert sft_metrics["sft/demos"] == 192 and sft_metrics["sft/demo_success"] == 1.0
+
+    before = evaluate(out / "model-source" / "tiny-model", tmp_path, "before")
+    after = evaluate(out / "final", tmp_path, "after")
+    print(f"before: {before}\nafter: {after}")
+    assert before["failed_envs"] == after["failed_envs"] == 0
+    # the untrained model almost never writes a well-formed <think>..</think><answer>..</answer> turn
+    assert before["valid_format_rate"] < 0.2 and after["valid_format_rate"] > 0.8
+    assert after["success_rate"] > before["success_rate"]
+    assert after["reward_mean"] > before["reward_mean"]
+
+
+@pytest.mark.parametrize("noise", [0.0, 1.0])
+def test_noisy_demos_never_contradict_their_reasoning(noise):
+    import ragen
+    from ragen.sft import ExpertEngine
+
+    engine = ExpertEngine(tokenizer=None, eos_id=0, noise=noise, seed=1)
+    kinds = set()
+    for seed in range(40):
+        env = ragen.make_env("frozenlake-slippery")
+        env.reset(seed=seed)
+        expert = env.expert.next_actions(env, env.config.max_actions_per_turn)
+        think, answer = engine.response_text(env).removesuffix("</answer>").split("</think><answer>")
+        if answer.split(" || ") == expert:
+            assert think == env.expert.rationale(env)
+            kinds.add("expert")
+        else:
+            assert noise > 0 and think == f"Exploring: trying {answer}."
+            kinds.add("explore")
+    assert kinds == ({"expert"} if noise == 0 else {"expert", "explore"})
