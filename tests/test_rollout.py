@@ -576,3 +576,32 @@ def test_response_length_override_caps_every_turn(tiny, fmt):
     with EnvGroups("count", group_size=2, n_groups=1, options={**SMALL, "max_turns": 2}, factory=factory) as g:
         res = run_rollout(HFEngine(model, tok), tok, g, SamplingParams(seed=2), chat_format=fmt, response_length=5)
     assert all(t.span[1] - t.span[0] <= 5 for tr in res.trajectories for t in tr.turns)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_kv_reuse_across_turns_changes_nothing_but_the_work(tiny, fmt, temperature):
+    """Later turns feed only their new tokens, and the rollout is the same as with every prompt re-encoded."""
+    model, tok = tiny
+    runs = {}
+    for reuse in (False, True):
+        engine = Recording(HFEngine(model, tok, kv_reuse=reuse, max_batch=3))  # 2 chunks: entries from both are kept
+        with EnvGroups("frozenlake", group_size=2, n_groups=2, options={"response_length": 12, "max_turns": 4}) as g:
+            res = run_rollout(engine, tok, g, SamplingParams(temperature=temperature, seed=5), chat_format=fmt)
+        assert_token_exact(res.trajectories, engine.calls)
+        runs[reuse] = (res.trajectories, engine.engine.kv_stats)
+    (plain, plain_stats), (reused, stats) = runs[False], runs[True]
+    assert plain_stats["reused_tokens"] == 0 and stats["reused_tokens"] > stats["prompt_tokens"] // 2
+    assert [t.num_turns for t in reused] == [t.num_turns for t in plain] and plain[0].num_turns > 1
+    for a, b in zip(plain, reused):
+        assert a.input_ids == b.input_ids and a.loss_mask == b.loss_mask
+        assert a.rollout_logprobs == pytest.approx(b.rollout_logprobs, abs=1e-4)
+
+
+def test_kv_reuse_is_dropped_when_weights_change(tiny):
+    model, tok = tiny
+    engine = HFEngine(model, tok)
+    prompt = tok("hello there", add_special_tokens=False)["input_ids"]
+    (gen,) = engine.generate([prompt], SamplingParams(max_new_tokens=4, seed=0))
+    assert len(engine._kv) == 1 and engine._cached_prefix(prompt + gen.token_ids + [5])[0] == len(prompt) + len(gen.token_ids) - 1
+    engine.sync_weights(model)
+    assert engine._kv == {} and engine._cached_prefix(prompt + gen.token_ids + [5]) == (0, None)

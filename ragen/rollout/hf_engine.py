@@ -10,7 +10,12 @@
 * ``seed`` makes a call reproducible: each chunk samples under ``torch.random.fork_rng`` seeded from it, so the
   global RNG is not disturbed.
 * The module is put in eval mode for the call (no dropout) and back in its previous mode after.
-* The KV cache is not reused across turns (each turn re-encodes its prompt); fine at these lengths.
+* KV reuse across turns (``kv_reuse=True``): after each call the engine keeps, per row, the keys/values of the
+  prompt and the sampled ids (all but the last, which was never fed). A later prompt that starts with such a sequence
+  (the next turn: previous ids + sampled ids + the new message tokens) feeds only its new tokens. Rows are laid out
+  ``[pad | cached | pad | new]``; positions come from the attention mask (``cumsum - 1``), so each row keeps the
+  positions its cached keys were computed at. Entries not consumed by the next call are dropped (memory = one call's
+  rows), and ``sync_weights`` clears them all: keys computed by old weights are never reused.
 """
 
 from __future__ import annotations
@@ -63,10 +68,15 @@ class _LogprobRecorder:
 class HFEngine:
     """Generation with a transformers causal LM; the trainer's module itself, so weights are always in sync."""
 
-    def __init__(self, model: Any, tokenizer: Any, eos_token_ids: Sequence[int] | None = None, max_batch: int = 32):
+    def __init__(self, model: Any, tokenizer: Any, eos_token_ids: Sequence[int] | None = None, max_batch: int = 32,
+                 kv_reuse: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max(1, int(max_batch))
+        self.kv_reuse = kv_reuse
+        self._kv: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # ids -> per-layer (k, v)
+        self._kv_next: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.kv_stats = {"prompt_tokens": 0, "reused_tokens": 0}
         if eos_token_ids is None:
             ids = _as_list(getattr(tokenizer, "eos_token_id", None))
             ids += _as_list(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
@@ -84,7 +94,9 @@ class HFEngine:
         return list(self._eos)
 
     def sync_weights(self, model: Any) -> None:
-        """HF shares the trainer's module: nothing to copy (swap the module if a different one is given)."""
+        """HF shares the trainer's module: nothing to copy (swap the module if a different one is given). The weights
+        changed, so no cached key/value may be reused."""
+        self._kv.clear()
         if model is not None and model is not self.model:
             self.model = model
 
@@ -101,24 +113,75 @@ class HFEngine:
         # longest first, so chunks hold similar lengths (less padding); results return in the caller's order
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)
+        self._kv_next = {}
         for c, start in enumerate(range(0, len(order), self.max_batch)):
             idx = order[start : start + self.max_batch]
             chunk_params = params.derive(c) if params.seed is not None else params
             for i, gen in zip(idx, self._generate_chunk([prompts[i] for i in idx], chunk_params)):
                 out[i] = gen
+        self._kv, self._kv_next = self._kv_next, {}
         return out  # type: ignore[return-value]
+
+    def _cached_prefix(self, prompt: list[int]) -> tuple[int, list | None]:
+        """The longest kept sequence that is a proper prefix of ``prompt``: (its length, its per-layer k/v)."""
+        best, entry = 0, None
+        for key, kv in self._kv.items():
+            n = len(key)
+            if best < n < len(prompt) and tuple(prompt[:n]) == key:
+                best, entry = n, kv
+        return best, entry
+
+    def _layout(self, prompts: list[list[int]]):
+        """Input ids, attention mask and (if any row hits) the assembled cache: ``[pad | cached | pad | new]``."""
+        hits = [self._cached_prefix(p) if self.kv_reuse else (0, None) for p in prompts]
+        C = max(n for n, _ in hits)
+        S = max(len(p) - n for p, (n, _) in zip(prompts, hits))
+        width = C + S
+        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, (p, (n, _)) in enumerate(zip(prompts, hits)):
+            input_ids[row, C - n : C] = torch.tensor(p[:n], dtype=torch.long)
+            attention_mask[row, C - n : C] = 1
+            input_ids[row, width - (len(p) - n) :] = torch.tensor(p[n:], dtype=torch.long)
+            attention_mask[row, width - (len(p) - n) :] = 1
+        self.kv_stats["prompt_tokens"] += sum(map(len, prompts))
+        self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)
+        if C == 0:
+            return input_ids, attention_mask, None
+        from transformers import DynamicCache
+
+        k0, v0 = next(kv for _, kv in hits if kv is not None)[0]
+        layers = []
+        for layer in range(len(next(kv for _, kv in hits if kv is not None))):
+            K = k0.new_zeros((len(prompts), k0.shape[0], C, k0.shape[-1]))
+            V = v0.new_zeros((len(prompts), v0.shape[0], C, v0.shape[-1]))
+            for row, (n, kv) in enumerate(hits):
+                if kv is not None:
+                    K[row, :, C - n :] = kv[layer][0]
+                    V[row, :, C - n :] = kv[layer][1]
+            layers.append((K, V))
+        return input_ids, attention_mask, DynamicCache(ddp_cache_data=layers, config=self.model.config)
+
+    def _keep(self, prompts, gens, attention_mask: torch.Tensor, cache: Any) -> None:
+        """Keep each row's keys/values of its prompt and all sampled ids but the last, for the next call."""
+        if not self.kv_reuse or cache is None:
+            return
+        width = attention_mask.shape[1]
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        for row, (p, g) in enumerate(zip(prompts, gens)):
+            n = len(g.token_ids)
+            if n == 0:
+                continue
+            idx = torch.cat([attention_mask[row].nonzero().flatten(), width + torch.arange(n - 1)]).to(kv[0][0].device)
+            self._kv_next[tuple(p) + tuple(g.token_ids[:-1])] = [(k[row][:, idx], v[row][:, idx]) for k, v in kv]
 
     @torch.no_grad()
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         from transformers import GenerationConfig, LogitsProcessorList
 
         device = self.device
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, p in enumerate(prompts):  # left padding
-            input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention_mask[row, width - len(p) :] = 1
+        input_ids, attention_mask, past = self._layout(prompts)  # left padding (and cached rows, if any)
+        width = input_ids.shape[1]
         greedy = params.temperature <= 0
         cfg = GenerationConfig(
             do_sample=not greedy,
@@ -147,6 +210,7 @@ class HFEngine:
                     attention_mask=attention_mask.to(device),
                     generation_config=cfg,
                     logits_processor=LogitsProcessorList([recorder]),
+                    **({"past_key_values": past} if past is not None else {}),
                 )
         finally:
             self.model.generation_config = saved
@@ -164,4 +228,5 @@ class HFEngine:
                 gens.append(Generation(ids[:cut], lp[:cut], "length"))
             else:
                 gens.append(Generation(ids[:cut], lp[:cut], "stop"))
+        self._keep(prompts, gens, attention_mask, getattr(result, "past_key_values", None))
         return gens
