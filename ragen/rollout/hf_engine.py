@@ -150,9 +150,9 @@ class HFEngine:
             return input_ids, attention_mask, None
         from transformers import DynamicCache
 
-        k0, v0 = next(kv for _, kv in hits if kv is not None)[0]
+        first = next(kv for _, kv in hits if kv is not None)  # per layer (k, v): [kv_heads, n, head_dim]
         layers = []
-        for layer in range(len(next(kv for _, kv in hits if kv is not None))):
+        for layer, (k0, v0) in enumerate(first):
             K = k0.new_zeros((len(prompts), k0.shape[0], C, k0.shape[-1]))
             V = v0.new_zeros((len(prompts), v0.shape[0], C, v0.shape[-1]))
             for row, (n, kv) in enumerate(hits):
