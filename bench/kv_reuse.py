@@ -36,12 +36,7 @@ class TimedEngine:
 
     @torch.no_grad()
     def _prefill(self, prompts: list[list[int]]) -> float:
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.engine.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, p in enumerate(prompts):
-            ids[row, width - len(p):] = torch.tensor(p)
-            mask[row, width - len(p):] = 1
+        ids, mask, _ = self.engine._layout(prompts)  # the engine's own left padding (no cache: kv_reuse is off here)
         t = time.perf_counter()
         self.engine.model(input_ids=ids.to(self.engine.device), attention_mask=mask.to(self.engine.device), use_cache=True)
         return time.perf_counter() - t

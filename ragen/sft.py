@@ -45,7 +45,7 @@ class ExpertEngine:
         if env.expert is None:
             raise ConfigError(f"env {env.name!r} has no expert, so it cannot be warm-started")
         expert = env.expert.next_actions(env, env.config.max_actions_per_turn)
-        actions = list(expert)
+        actions = expert
         if env.action_names:
             actions = [self.rng.choice(env.action_names) if self.rng.random() < self.noise else a for a in actions]
         sep = f" {env.action_separator} " if env.action_separator else ""

@@ -31,12 +31,11 @@ def test_sft_then_eval_beats_the_untrained_model(tmp_path):
 
     before = evaluate(out / "model-source" / "tiny-model", tmp_path, "before")
     after = evaluate(out / "final", tmp_path, "after")
-    print(f"before: {before}\nafter: {after}")
     assert before["failed_envs"] == after["failed_envs"] == 0
     # the untrained model almost never writes a well-formed <think>..</think><answer>..</answer> turn
-    assert before["valid_format_rate"] < 0.2 and after["valid_format_rate"] > 0.8
-    assert after["success_rate"] > before["success_rate"]
-    assert after["reward_mean"] > before["reward_mean"]
+    assert before["valid_format_rate"] < 0.2 and after["valid_format_rate"] > 0.8, (before, after)
+    assert after["success_rate"] > before["success_rate"], (before, after)
+    assert after["reward_mean"] > before["reward_mean"], (before, after)
 
 
 @pytest.mark.parametrize("noise", [0.0, 1.0])

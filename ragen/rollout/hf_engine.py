@@ -75,7 +75,6 @@ class HFEngine:
         self.max_batch = max(1, int(max_batch))
         self.kv_reuse = kv_reuse
         self._kv: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # ids -> per-layer (k, v)
-        self._kv_next: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self.kv_stats = {"prompt_tokens": 0, "reused_tokens": 0}
         if eos_token_ids is None:
             ids = _as_list(getattr(tokenizer, "eos_token_id", None))
@@ -113,13 +112,13 @@ class HFEngine:
         # longest first, so chunks hold similar lengths (less padding); results return in the caller's order
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)
-        self._kv_next = {}
+        kept: dict = {}  # this call's rows replace the previous call's entries
         for c, start in enumerate(range(0, len(order), self.max_batch)):
             idx = order[start : start + self.max_batch]
             chunk_params = params.derive(c) if params.seed is not None else params
-            for i, gen in zip(idx, self._generate_chunk([prompts[i] for i in idx], chunk_params)):
+            for i, gen in zip(idx, self._generate_chunk([prompts[i] for i in idx], chunk_params, kept)):
                 out[i] = gen
-        self._kv, self._kv_next = self._kv_next, {}
+        self._kv = kept
         return out  # type: ignore[return-value]
 
     def _cached_prefix(self, prompt: list[int]) -> tuple[int, list | None]:
@@ -162,8 +161,8 @@ class HFEngine:
             layers.append((K, V))
         return input_ids, attention_mask, DynamicCache(ddp_cache_data=layers, config=self.model.config)
 
-    def _keep(self, prompts, gens, attention_mask: torch.Tensor, cache: Any) -> None:
-        """Keep each row's keys/values of its prompt and all sampled ids but the last, for the next call."""
+    def _keep(self, prompts, gens, attention_mask: torch.Tensor, cache: Any, kept: dict) -> None:
+        """Put into ``kept`` each row's keys/values of its prompt and all sampled ids but the last, for the next call."""
         if not self.kv_reuse or cache is None:
             return
         width = attention_mask.shape[1]
@@ -173,10 +172,10 @@ class HFEngine:
             if n == 0:
                 continue
             idx = torch.cat([attention_mask[row].nonzero().flatten(), width + torch.arange(n - 1)]).to(kv[0][0].device)
-            self._kv_next[tuple(p) + tuple(g.token_ids[:-1])] = [(k[row][:, idx], v[row][:, idx]) for k, v in kv]
+            kept[tuple(p) + tuple(g.token_ids[:-1])] = [(k[row][:, idx], v[row][:, idx]) for k, v in kv]
 
     @torch.no_grad()
-    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+    def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams, kept: dict) -> list[Generation]:
         from transformers import GenerationConfig, LogitsProcessorList
 
         device = self.device
@@ -228,5 +227,5 @@ class HFEngine:
                 gens.append(Generation(ids[:cut], lp[:cut], "length"))
             else:
                 gens.append(Generation(ids[:cut], lp[:cut], "stop"))
-        self._keep(prompts, gens, attention_mask, getattr(result, "past_key_values", None))
+        self._keep(prompts, gens, attention_mask, getattr(result, "past_key_values", None), kept)
         return gens
