@@ -20,7 +20,6 @@ import re
 import secrets
 import select
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -30,7 +29,10 @@ from functools import lru_cache
 
 import attrs
 
-from ragen_lean.backend import ProblemLoadError, ProofState, ProverBackend, ProverUnavailable, StepResult
+from ragen_lean.backend import (
+    ProblemLoadError, ProofState, ProverBackend, ProverUnavailable, SessionLost, SessionProofState, SessionTimeout,
+    Status, StepResult, kill_process_group,
+)  # fmt: skip
 from ragen_lean.tactics import Checked, check_coq_action, coq_sentences, is_focus_marker
 
 #: loaded before every header: the decision procedures (lia, lra, nia, nra, psatz) a model cannot Require itself
@@ -45,11 +47,11 @@ _FOCUSED = re.compile(r"focused", re.I)
 _MAX_BUFFER = 2 * 1024 * 1024  #: coqtop output kept per reply (head and tail) so a flood cannot exhaust memory
 
 
-class _Timeout(Exception):
+class _Timeout(SessionTimeout):
     pass
 
 
-class _Died(Exception):
+class _Died(SessionLost):
     pass
 
 
@@ -180,20 +182,8 @@ class CoqSession:
 
 
 def _kill_group(proc: subprocess.Popen, workdir: str) -> None:
-    """SIGKILL coqtop's process group, reap it, close the pipes, remove the working directory."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        pass
-    for pipe in (proc.stdin, proc.stdout):
-        try:
-            pipe.close()
-        except OSError:
-            pass
+    """End coqtop's process group and remove its working directory."""
+    kill_process_group(proc)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -238,7 +228,7 @@ class CoqBackend(ProverBackend):
         return check_coq_action(tactic)
 
 
-class CoqProofState(ProofState):
+class CoqProofState(SessionProofState):
     """One theorem in one coqtop: load the header and statement, ``Proof.``, then one action per ``run``."""
 
     def __init__(self, backend: CoqBackend, header: str, statement: str, recycle: CoqProofState | None = None):
@@ -248,7 +238,7 @@ class CoqProofState(ProofState):
         self._pieces: list[tuple[str, ...]] = []  #: the sentences of each accepted action, for replays
         self._goals = ""
         self._complete = False
-        self._lock = threading.Lock()  # one sentence at a time, even if a caller shares the state across threads
+        self._lock = threading.Lock()
         self.session: CoqSession | None = None
         self._header_state: int | None = None  #: coqtop's state number right after prelude and header
         self.restarts = 0
@@ -257,31 +247,10 @@ class CoqProofState(ProofState):
             return
         self._start(self.backend.load_timeout_s)
 
-    # ---- the interface --------------------------------------------------------------------------------------------
-    def goals(self) -> str:
-        return self._goals
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
+    # ---- the interface (``run``, ``goals`` and ``complete`` are inherited) --------------------------------------
     @property
     def pid(self) -> int | None:
         return self.session.pid if self.session else None
-
-    def run(self, tactic: str, timeout_s: float) -> StepResult:
-        with self._lock:
-            checked = check_coq_action(tactic)
-            if not checked.ok:
-                return StepResult("rejected", self._goals, (checked.error,))
-            if self._complete:
-                return StepResult("rejected", self._goals, ("The proof is already complete.",), complete=True)
-            if self.session is None:
-                raise ProverUnavailable("the Coq session is closed")
-            try:
-                return self._run(checked.pieces, timeout_s)
-            except (_Timeout, _Died) as exc:
-                return self._recover(exc, timeout_s)
 
     def close(self) -> None:
         if self.session is not None:
@@ -289,7 +258,7 @@ class CoqProofState(ProofState):
             self.session = None
 
     # ---- internals ------------------------------------------------------------------------------------------------
-    def _run(self, pieces: tuple[str, ...], timeout_s: float) -> StepResult:
+    def _send(self, pieces: tuple[str, ...], timeout_s: float) -> StepResult:
         session = self.session
         before = session.last.state
         for piece in pieces:
@@ -327,22 +296,10 @@ class CoqProofState(ProofState):
             raise _Died(f"could not undo the action: {reply.error}")
         self.session.send("Show.", timeout_s)  # coqtop prints the restored goals on the next command: absorb them
 
-    def _recover(self, exc: Exception, timeout_s: float) -> StepResult:
-        """Kill coqtop, start a new one and replay the accepted sentences; report a timeout (or the crash)."""
-        status = "timeout"
-        if isinstance(exc, _Timeout):
-            message = f"Timeout: the tactic ran longer than {timeout_s:g} s; the prover was restarted."
-        elif isinstance(exc, _Desync):
-            status, message = "rejected", "Malformed tactic: the prover did not read it as one sentence; it was restarted."
-        else:
-            message = f"The prover died while running the tactic ({exc}); it was restarted."
-        self.restarts += 1
-        self.close()
-        try:
-            self._start(max(timeout_s, self.backend.load_timeout_s))
-        except (ProblemLoadError, ProverUnavailable) as again:
-            raise ProverUnavailable(f"could not restore the proof after a restart: {again}") from None
-        return StepResult(status, self._goals, (message,))
+    def _lost(self, exc: SessionLost, timeout_s: float) -> tuple[Status, str]:
+        if isinstance(exc, _Desync):  # the model's text, not the prover, is at fault
+            return "rejected", "Malformed tactic: the prover did not read it as one sentence; it was restarted."
+        return super()._lost(exc, timeout_s)
 
     def _adopt(self, old: CoqProofState) -> bool:
         """Take over ``old``'s coqtop when it loaded the same header; True when this proof is open in it."""

@@ -19,7 +19,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -30,7 +29,10 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from ragen_lean.backend import ProblemLoadError, ProofState, ProverBackend, ProverUnavailable, StepResult
+from ragen_lean.backend import (
+    ProblemLoadError, ProofState, ProverBackend, ProverUnavailable, SessionLost, SessionProofState, SessionTimeout,
+    StepResult, kill_process_group,
+)  # fmt: skip
 from ragen_lean.tactics import Checked, check_lean_tactic
 
 NOT_AVAILABLE = "Lean 4 toolchain or Kimina server not available"
@@ -63,11 +65,11 @@ def _format_goals(goals: list[str]) -> str:
 
 
 # ---- the REPL protocol ------------------------------------------------------------------------------------------------
-class ReplTimeout(Exception):
+class ReplTimeout(SessionTimeout):
     pass
 
 
-class ReplDied(Exception):
+class ReplDied(SessionLost):
     pass
 
 
@@ -81,7 +83,7 @@ class LeanRepl:
         )  # fmt: skip
         self._fd = self.proc.stdout.fileno()
         self._buf = b""
-        self._finalizer = weakref.finalize(self, _kill_group, self.proc)
+        self._finalizer = weakref.finalize(self, kill_process_group, self.proc)
 
     @property
     def pid(self) -> int:
@@ -132,22 +134,6 @@ class LeanRepl:
         self._finalizer()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover
-        pass
-    for pipe in (proc.stdin, proc.stdout):
-        try:
-            pipe.close()
-        except OSError:
-            pass
-
-
 class LeanReplBackend(ProverBackend):
     """Lean 4 through the REPL: ``repl_path`` is a project folder (``lake exe repl`` there) or an executable."""
 
@@ -186,7 +172,7 @@ class LeanReplBackend(ProverBackend):
         return check_lean_tactic(tactic)
 
 
-class LeanReplProofState(ProofState):
+class LeanReplProofState(SessionProofState):
     """One theorem in one REPL process; proof states are the REPL's ``proofState`` numbers."""
 
     def __init__(self, backend: LeanReplBackend, header: str, statement: str, recycle: LeanReplProofState | None = None):
@@ -220,31 +206,13 @@ class LeanReplProofState(ProofState):
         self.reused = True
         return True
 
-    def goals(self) -> str:
-        return self._goals
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
     @property
     def pid(self) -> int | None:
         return self.repl.pid if self.repl else None
 
-    def run(self, tactic: str, timeout_s: float) -> StepResult:
-        with self._lock:
-            checked = check_lean_tactic(tactic)
-            if not checked.ok:
-                return StepResult("rejected", self._goals, (checked.error,))
-            if self._complete:
-                return StepResult("rejected", self._goals, ("The proof is already complete.",), complete=True)
-            if self.repl is None:
-                raise ProverUnavailable("the Lean REPL session is closed")
-            try:
-                answer = self.repl.request({"tactic": checked.pieces[0], "proofState": self._state}, timeout_s)
-            except (ReplTimeout, ReplDied) as exc:
-                return self._recover(exc, timeout_s)
-            return self._apply(checked.pieces[0], answer)
+    def _send(self, pieces: tuple[str, ...], timeout_s: float) -> StepResult:
+        answer = self.repl.request({"tactic": pieces[0], "proofState": self._state}, timeout_s)
+        return self._apply(pieces[0], answer)
 
     def close(self) -> None:
         if self.repl is not None:
@@ -262,17 +230,6 @@ class LeanReplProofState(ProofState):
         self.accepted.append(tactic)
         notes = tuple(str(m.get("data", "")) for m in answer.get("messages") or [])
         return StepResult("accepted", self._goals, notes, complete=self._complete)
-
-    def _recover(self, exc: Exception, timeout_s: float) -> StepResult:
-        message = (f"Timeout: the tactic ran longer than {timeout_s:g} s; the prover was restarted."
-                   if isinstance(exc, ReplTimeout) else f"The prover died ({exc}); it was restarted.")  # fmt: skip
-        self.restarts += 1
-        self.close()
-        try:
-            self._start(max(timeout_s, self.backend.load_timeout_s))
-        except (ProblemLoadError, ProverUnavailable) as again:
-            raise ProverUnavailable(f"could not restore the proof after a restart: {again}") from None
-        return StepResult("timeout", self._goals, (message,))
 
     def _start(self, timeout_s: float) -> None:
         command, cwd = self.backend.command()
@@ -420,20 +377,8 @@ class KiminaProofState(ProofState):
     def _code(self, tactics: list[str]) -> str:
         return f"{self.header.strip()}\n\n{proof_skeleton(self.statement)}\n{indent_tactics(tactics)}\n"
 
-    def goals(self) -> str:
-        return self._goals
-
-    @property
-    def complete(self) -> bool:
-        return self._complete
-
-    def run(self, tactic: str, timeout_s: float) -> StepResult:
-        checked = check_lean_tactic(tactic)
-        if not checked.ok:
-            return StepResult("rejected", self._goals, (checked.error,))
-        if self._complete:
-            return StepResult("rejected", self._goals, ("The proof is already complete.",), complete=True)
-        answer = self.backend.check(self._code([*self.accepted, checked.pieces[0]]), timeout_s)
+    def _execute(self, pieces: tuple[str, ...], timeout_s: float) -> StepResult:
+        answer = self.backend.check(self._code([*self.accepted, pieces[0]]), timeout_s)
         if "error" in answer:
             status = "timeout" if "timed out" in answer["error"].lower() else "rejected"
             return StepResult(status, self._goals, (answer["error"],))
@@ -444,7 +389,7 @@ class KiminaProofState(ProofState):
         unsolved = [e for e in errors if "unsolved goals" in e.lower()]
         self._goals = unsolved[0].split("\n", 1)[1].strip() if unsolved and "\n" in unsolved[0] else ""
         self._complete = not errors
-        self.accepted.append(checked.pieces[0])
+        self.accepted.append(pieces[0])
         return StepResult("accepted", self._goals, (), complete=self._complete)
 
     def close(self) -> None:

@@ -1,1 +1,0 @@
-raise ImportError("ragen_broken needs a library that is not installed")
