@@ -2,16 +2,14 @@
 
 import builtins
 import json
-import os
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
 from fractions import Fraction
 
 import pytest
-from conftest import ragen_cmd
+from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
@@ -553,19 +551,11 @@ def test_random_text_never_crashes():
 
 @pytest.mark.slow
 def test_two_step_grpo_run(tmp_path):
-    res = subprocess.run(
-        ragen_cmd("run", "--env", "countdown", "--algo", "grpo", "trainer.steps=2", "rollout.response_length=48", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
-                  "trainer.micro_batch_size=4", "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"),
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    run, rows = run_two_steps("countdown", tmp_path)
     steps_ = [r for r in rows if "rollout/success" in r]
     assert [r["step"] for r in steps_] == [1, 2]
     assert all("rollout/countdown/success" in r and "rollout/countdown/score" in r for r in steps_)
     assert "val/countdown/success" in rows[0]
-    run = tmp_path / "r"
     trajs = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
     vals = [json.loads(line) for line in (run / "val_trajectories.jsonl").read_text().splitlines()]
     # spec 1.5: step s, group g -> seed 10000 + 2s + g, shared by both members; validation seeds 123 + g, split val
@@ -577,4 +567,3 @@ def test_two_step_grpo_run(tmp_path):
         turn = t["turns"][0]
         if turn["executed"]:  # the tiny model rarely answers in format; when it does, the env's info is recorded
             assert {"numbers_match", "action_is_valid"} <= set(turn["info"]) and turn["reward"] in (0.0, 0.1, 1.0)
-    assert (tmp_path / "r" / "final").is_dir()

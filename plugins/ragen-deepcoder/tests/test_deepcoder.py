@@ -17,7 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import ragen_cmd
+from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 from ragen_deepcoder import sandbox as sb
 from ragen_deepcoder.code import assemble, extract_code, grade, sandbox_tests, stdout_matches, value_matches
@@ -901,32 +901,7 @@ def test_gymnasium_check_env(name):
 @pytest.mark.bwrap
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"needs a working bubblewrap: {BWRAP_PROBLEM}")
 def test_two_training_steps_through_the_cli(tmp_path):
-    proc = subprocess.run(
-        ragen_cmd(
-            "run",
-            "--env",
-            "deepcoder",
-            "--algo",
-            "grpo",
-            "trainer.steps=2",
-            "rollout.n_groups=2",
-            "rollout.group_size=2",
-            "rollout.n_val_groups=2",
-            "trainer.ppo_mini_batch_size=4",
-            "trainer.micro_batch_size=4",
-            "logging.progress=false",
-            f"logging.run_dir={tmp_path}",
-            "logging.name=r",
-            # the variant allows 2048 tokens per answer; the random tiny model would use them all on a CPU
-            "rollout.response_length=128",
-        ),
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    # the variant allows 2048 tokens per answer; the random tiny model would use them all on a CPU
+    _, rows = run_two_steps("deepcoder", tmp_path, response_length=128)
     steps = [r for r in rows if "rollout/success" in r]
     assert len(steps) == 2 and all("rollout/deepcoder/success" in r for r in steps)
-    assert (tmp_path / "r" / "final").is_dir()

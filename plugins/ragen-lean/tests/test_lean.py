@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -15,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, ragen_cmd
+from conftest import SHARED, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
@@ -881,17 +880,7 @@ def test_real_lean4_prover(tmp_path):
 @coq
 @pytest.mark.slow
 def test_two_step_grpo_run(tmp_path):
-    proc = subprocess.run(
-        ragen_cmd("run", "--env", "lean-easy", "--algo", "grpo", "trainer.steps=2", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
-                  "trainer.micro_batch_size=4", "logging.progress=false", f"logging.run_dir={tmp_path}",
-                  "logging.name=r",
-                  # lean-easy's 8 turns x 400 tokens take a tiny model on a loaded CPU many minutes: keep it short
-                  "rollout.response_length=48", "env.options.max_turns=3"),
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    # lean-easy's 8 turns x 400 tokens take a tiny model on a loaded CPU many minutes: keep it short
+    _, rows = run_two_steps("lean-easy", tmp_path, "env.options.max_turns=3")
     assert [r["step"] for r in rows if "actor/pg_loss" in r] == [1, 2]
     assert "rollout/lean-easy/success" in rows[1] and "val/lean-easy/success" in rows[0]
-    assert (tmp_path / "r" / "final").is_dir()

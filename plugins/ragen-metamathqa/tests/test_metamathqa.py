@@ -13,7 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, ragen_cmd
+from conftest import SHARED, ragen_cmd, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
@@ -713,15 +713,7 @@ def test_close_releases_the_shared_worker_pool():
 # ==== training smoke test ===========================================================================================
 @pytest.mark.slow
 def test_two_step_grpo_run(tmp_path):
-    res = subprocess.run(
-        ragen_cmd("run", "--env", "metamathqa", "--algo", "grpo", "trainer.steps=2", "rollout.response_length=48", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
-                  "trainer.micro_batch_size=4", "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"),
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    _, rows = run_two_steps("metamathqa", tmp_path)
     steps = [r for r in rows if "rollout/success" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all("rollout/metamathqa/success" in r for r in steps)
-    assert (tmp_path / "r" / "final").is_dir()

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, ragen_cmd
+from conftest import SHARED, ragen_cmd, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
@@ -855,14 +855,7 @@ def test_close_is_idempotent_and_releases_once():
 # ---- training smoke test ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_two_step_training_run(tmp_path):
-    proc = subprocess.run(
-        ragen_cmd("run", "--env", "searchqa", "--algo", "grpo", "trainer.steps=2", "rollout.response_length=48", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
-                  "trainer.micro_batch_size=4", "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"),
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    _, rows = run_two_steps("searchqa", tmp_path)
     steps = [r for r in rows if "rollout/success" in r]
-    assert len(steps) == 2 and (tmp_path / "r" / "final").is_dir()
+    assert len(steps) == 2
     assert all("rollout/searchqa/success" in r for r in steps)

@@ -1,14 +1,11 @@
 """ragen-sudoku: unique-solution generator, move parser, reward table, renderer, budget validator, expert, contract."""
 
-import json
-import os
 import random
 import statistics
-import subprocess
 import time
 
 import pytest
-from conftest import ragen_cmd
+from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
@@ -434,18 +431,9 @@ def test_gymnasium_check_env(name):
 
 @pytest.mark.slow
 def test_two_step_grpo_run(tmp_path):
-    res = subprocess.run(
-        ragen_cmd("run", "--env", "sudoku-4x4", "--algo", "grpo", "trainer.steps=2", "rollout.response_length=48", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
-                  "trainer.micro_batch_size=4", "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r",
-                  # 4 turns of up to 400 tokens each cost the tiny model ~10 CPU-minutes; 100 keeps the test short
-                  "env.options.response_length=100"),
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    # 4 turns of up to 400 tokens each cost the tiny model ~10 CPU-minutes; 100 keeps the test short
+    _, rows = run_two_steps("sudoku-4x4", tmp_path, "env.options.response_length=100", response_length=None)
     steps = [r for r in rows if "rollout/success" in r]
     assert [r["step"] for r in steps] == [1, 2]
     assert all("rollout/sudoku-4x4/success" in r for r in steps)  # (info metrics only appear once an action ran)
     assert rows[0]["step"] == 0 and "val/success" in rows[0]
-    assert (tmp_path / "r" / "final").is_dir()

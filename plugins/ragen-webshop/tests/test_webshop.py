@@ -5,14 +5,13 @@ import json
 import os
 import re
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import requests
-from conftest import ragen_cmd
+from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
@@ -20,7 +19,7 @@ from ragen.checker import check_env
 from ragen.episode import Episode
 from ragen_webshop import service
 from ragen_webshop.browser import parse_page, simple_text
-from ragen_webshop.env import WebShopEnv, hint_lines, parse_action, split_goals
+from ragen_webshop.env import hint_lines, parse_action, split_goals
 from ragen_webshop.expert import search_query, wanted_options
 from ragen_webshop_server import pages
 from ragen_webshop_server.catalogue import (
@@ -880,20 +879,11 @@ def test_generated_catalogue_round_trips_through_webshop_files(tmp_path):
 @pytest.mark.slow
 def test_two_step_grpo_run(tmp_path):
     before = _server_pids()
-    proc = subprocess.run(
-        ragen_cmd("run", "--env", "webshop", "--algo", "grpo", "trainer.steps=2", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
-                  "trainer.micro_batch_size=4", "logging.progress=false", f"logging.run_dir={tmp_path}",
-                  "logging.name=r",
-                  # the random tiny model writes 400 tokens a turn for 9 turns; on a loaded CPU that takes far longer
-                  # than a smoke test should: keep the turns short and few (the env itself is unchanged)
-                  "rollout.response_length=48", "env.options.max_turns=3"),
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    # the random tiny model writes 400 tokens a turn for 9 turns; on a loaded CPU that takes far longer
+    # than a smoke test should: keep the turns short and few (the env itself is unchanged)
+    _, rows = run_two_steps("webshop", tmp_path, "env.options.max_turns=3")
     steps = [r for r in rows if "actor/pg_loss" in r]
-    assert [r["step"] for r in steps] == [1, 2] and (tmp_path / "r" / "final").is_dir()
+    assert [r["step"] for r in steps] == [1, 2]
     # per-env metrics (the random tiny model rarely forms an action, so the env's own info keys may be absent)
     assert {"rollout/webshop/success", "rollout/webshop/score"} <= set(steps[0]), sorted(steps[0])
     assert "val/success" in rows[0]
