@@ -42,11 +42,14 @@ def structure(cls: type[T], data: Any, path: str = "") -> T:
         raise ConfigError(f"{path or 'config'}: {exc}") from None
 
 
-def _config_error(exc: BaseException) -> ConfigError | None:
+def _config_error(exc: BaseException, prefix: str = "") -> ConfigError | None:
+    """The first ConfigError a section's own validator raised, its key prefixed with the section path that cattrs
+    noted on the way up (``trainer.zero_stage: ...``)."""
     if isinstance(exc, ConfigError):
-        return exc
+        return ConfigError(prefix + str(exc)) if prefix else exc
     for sub in getattr(exc, "exceptions", ()):
-        found = _config_error(sub)
+        names = [note.name for note in getattr(sub, "__notes__", ()) if isinstance(getattr(note, "name", None), str)]
+        found = _config_error(sub, prefix + "".join(f"{n}." for n in names[:1]))
         if found is not None:
             return found
     return None
@@ -162,7 +165,8 @@ class TrainerSection:
     steps: int = option(10, "Training steps (RAGEN total_training_steps: 200; 10 keeps a CPU smoke run short).")
     seed: int = option(0, "Seed of model init, sampling and shuffling.")
     device: str = option("auto", "'auto' = cuda if available else cpu.")
-    zero_stage: int = option(0, "DeepSpeed ZeRO stage 0-3 (0 is right for one process; 1-3 shard optimizer state, gradients, weights).")
+    zero_stage: int = option(0, "DeepSpeed ZeRO stage 0-2 (0 is right for one process; 1 shards optimizer state, 2 also "
+                             "gradients). Stage 3 (sharded weights) is refused: rollouts and export need whole weights.")
     deepspeed_config: str = option("", "Path to a DeepSpeed JSON merged over ragen's engine config (e.g. offload settings); "
                                    "ragen keeps its batch-size and accumulation keys, which the trainer owns.")
     actor_lr: float = option(1e-5, "Actor learning rate (RAGEN 1e-6 for 3B models; the tiny model needs more).")
@@ -178,6 +182,11 @@ class TrainerSection:
     test_freq: int = option(5, "Validate every N steps and before training (RAGEN 10); 0 = only before and after.")
     format_penalty: float = option(-0.1, "Added to the trajectory score once per turn with a format violation (RAGEN -0.1).")
     max_steps_wall_s: float = option(0.0, "Stop after this many seconds of training (0 = no limit); the run still checkpoints and exports.")
+
+    def __attrs_post_init__(self) -> None:
+        if self.zero_stage not in (0, 1, 2):
+            raise ConfigError(f"zero_stage: must be 0, 1 or 2, got {self.zero_stage} (stage 3 shards the weights, which the "
+                              "HF rollout engine and the export read whole; shard optimizer state and gradients with 2)")
 
 
 @attrs.frozen(kw_only=True)

@@ -98,14 +98,38 @@ def make_engine(module: torch.nn.Module, *, lr: float, weight_decay: float, grad
         "zero_allow_untested_optimizer": True,
     }
     config = _merge(config, extra_config or {})
+    # DeepSpeed's own optimizers (ZeRO, bf16/fp16) clip and report the global gradient norm; with the plain torch
+    # optimizer it clips but reports nothing, and all-reduces the gradients inside step(), so no caller can read the
+    # global norm. There ragen clips instead, in a hook that runs after the all-reduce, just before AdamW's step.
+    plain = config["zero_optimization"].get("stage", 0) == 0 and not (config["bf16"].get("enabled") or config["fp16"].get("enabled"))
+    clip = _ClipBeforeStep(config["gradient_clipping"]) if plain else None
+    if clip is not None:
+        config["gradient_clipping"] = 0.0
+        optimizer.register_step_pre_hook(clip)
     engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=config)
+    engine.ragen_clip = clip
     return engine
 
 
-def grad_norm(module: torch.nn.Module) -> float:
-    """Global L2 norm of the accumulated gradients (before clipping)."""
-    norms = [p.grad.detach().float().norm() for p in module.parameters() if p.grad is not None]
-    return float(torch.stack(norms).norm()) if norms else 0.0
+class _ClipBeforeStep:
+    """An optimizer pre-step hook: clip the (already all-reduced) gradients to ``max_norm`` (0 = no clipping) and keep
+    their norm before clipping, which DeepSpeed's stage-0 path computes but does not return."""
+
+    def __init__(self, max_norm: float):
+        self.max_norm = float(max_norm) if max_norm and max_norm > 0 else float("inf")
+        self.last_norm: float | None = None
+
+    def __call__(self, optimizer, args, kwargs) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        self.last_norm = float(torch.nn.utils.clip_grad_norm_(params, self.max_norm)) if params else 0.0
+
+
+def step_with_grad_norm(engine) -> float:
+    """``engine.step()``, returning the global gradient norm before clipping (the same on every rank)."""
+    engine.step()
+    if engine.ragen_clip is not None:
+        return engine.ragen_clip.last_norm
+    return float(engine.get_global_grad_norm())
 
 
 # ---- data parallelism: helpers that are no-ops in a one-process run ------------------------------------------------

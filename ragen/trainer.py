@@ -23,7 +23,7 @@ from ragen.batch import Batch, collate, micro_batches, split_rows
 from ragen.components import component_config, make_component, make_env
 from ragen.config import RunConfig
 from ragen import distributed as dp
-from ragen.distributed import grad_norm, init_distributed, make_engine, pick_device, user_deepspeed_config
+from ragen.distributed import init_distributed, make_engine, pick_device, step_with_grad_norm, user_deepspeed_config
 from ragen.errors import ConfigError, RagenError
 from ragen.early_stop import EarlyStopper
 from ragen.losses import aggregate, global_norm, kl_penalty, policy_loss, tis_weights, token_logprobs, value_loss
@@ -416,6 +416,10 @@ class Trainer:
                 if not mini:  # this rank has fewer rows than mini-batches: it joins the step with a masked row
                     for m in micros:
                         m.loss_mask = torch.zeros_like(m.loss_mask)
+                if self.world > 1:  # ZeRO reduces gradients inside backward: every rank runs as many backward passes
+                    for _ in range(max(dp.all_gather_objects(len(micros))) - len(micros)):
+                        micros.append(batch.rows([0]))
+                        micros[-1].loss_mask = torch.zeros_like(micros[-1].loss_mask)
                 norm = global_norm([m.loss_mask for m in micros], length_norm)
                 share = 1.0 / self.world  # loss shares sum over ranks to the mini-batch loss
                 if self.critic is not None:
@@ -427,8 +431,7 @@ class Trainer:
                         self.critic.backward(vloss * scale)
                         vloss_total += float(vloss.detach())
                         add("critic/vf_clipfrac", vm["critic/vf_clipfrac"], float(m.loss_mask.sum()))
-                    add("critic/grad_norm", grad_norm(self.critic.module))
-                    self.critic.step()
+                    add("critic/grad_norm", step_with_grad_norm(self.critic))
                     add("critic/vf_loss", vloss_total, share)
                 pg_total, ent_total, kl_total = 0.0, 0.0, 0.0
                 for m in micros:
@@ -456,8 +459,7 @@ class Trainer:
                     ntok = float(m.loss_mask.sum())
                     for k, v in pm.items():
                         add(k, v, ntok)
-                add("actor/grad_norm", grad_norm(self.actor.module), share)
-                self.actor.step()
+                add("actor/grad_norm", step_with_grad_norm(self.actor))  # the same global norm on every rank: a mean
                 add("actor/pg_loss", pg_total, share)
                 add("actor/entropy_loss", ent_total, share)
                 if p.kl_coef > 0:

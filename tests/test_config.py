@@ -31,6 +31,9 @@ def test_yaml_and_toml_files_and_overrides(tmp_path):
         (["modle.name=x"], "modle: unknown key; did you mean 'model'?"),
         (["rollout"], "expected section.key=value"),
         (["trainer.steps.x=1"], "trainer.steps: expected int, got {'x': 1}"),
+        # a section's own validator: the message keeps its words and gains the section path
+        (["trainer.zero_stage=3"], "trainer.zero_stage: must be 0, 1 or 2, got 3"),
+        (["collapse.num_samples=1"], "collapse.num_samples: must be >= 2"),
     ],
 )
 def test_errors_name_the_key(override, message):

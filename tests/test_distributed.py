@@ -3,11 +3,14 @@
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import ragen_cmd
+
+INTERRUPT = Path(__file__).parent / "interrupt"  #: a sitecustomize that stops every rank at a chosen step
 
 COMMON = ["env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=3", "rollout.group_size=2",
           "rollout.n_val_groups=3", "trainer.micro_batch_size=2", "logging.progress=false", "logging.name=r"]
@@ -76,7 +79,8 @@ def test_global_batch_statistics_equal_a_one_process_run(tmp_path):
     one = run(tmp_path / "one", 1, *extra)[1]
     two = run(tmp_path / "two", 2, *extra)[1]
     keys = ["reward/mean", "reward/group_std", "rollout/success", "rollout/num_trajectories", "rollout/filter_kept_count",
-            "rollout/in_group_reward_std", "actor/advantage_mean", "actor/pg_loss", "actor/entropy", "actor/entropy_loss"]
+            "rollout/in_group_reward_std", "actor/advantage_mean", "actor/pg_loss", "actor/entropy", "actor/entropy_loss",
+            "actor/grad_norm"]
     assert one["reward/group_std"] > 0 and one["rollout/filter_kept_count"] >= 1  # a non-trivial batch
     for k in keys:
         assert two[k] == pytest.approx(one[k], rel=1e-5, abs=1e-6), k
@@ -85,3 +89,55 @@ def test_global_batch_statistics_equal_a_one_process_run(tmp_path):
     w1 = load_file(tmp_path / "one" / "r" / "final" / "model.safetensors")
     w2 = load_file(tmp_path / "two" / "r" / "final" / "model.safetensors")
     assert max(float((w1[k] - w2[k]).abs().max()) for k in w1) < 1e-5
+
+
+@pytest.mark.slow
+def test_two_rank_run_resumes_where_it_was_interrupted(tmp_path):
+    """Kill a 2-rank run before step 3 (its checkpoint is step 2), resume it with 2 ranks: the metrics and the final
+    weights equal those of the uninterrupted 2-rank run (DeepSpeed's collective checkpoint, every rank's state)."""
+    extra = ["--env", "frozenlake", "--algo", "ppo", "trainer.steps=4", "trainer.save_freq=2", "trainer.test_freq=2",
+             "trainer.ppo_mini_batch_size=4"]
+    full = run(tmp_path / "full", 2, *extra)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAGEN_TEST_INTERRUPT_AT": "3",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(INTERRUPT), os.environ.get("PYTHONPATH")]))}
+    cut = subprocess.run(ragen_cmd("run", "--nproc", "2", *COMMON, f"logging.run_dir={tmp_path / 'cut'}", *extra),
+                         capture_output=True, text=True, timeout=1200, env=env)
+    run_dir = tmp_path / "cut" / "r"
+    assert cut.returncode != 0 and "Aborted." in cut.stderr, cut.stderr[-3000:]  # click's words for KeyboardInterrupt
+    assert (run_dir / "checkpoints" / "actor" / "latest").read_text() == "step2" and not (run_dir / "final").exists()
+    resumed = subprocess.run(ragen_cmd("run", "--nproc", "2", "--resume", str(run_dir)), capture_output=True, text=True,
+                             timeout=1200, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    def metrics(path):
+        rows = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith(("timing", "perf/"))} for r in rows]
+
+    a, b = metrics(tmp_path / "full" / "r"), metrics(run_dir)
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4] and sorted(full) == [0, 1, 2, 3, 4]
+    assert a == b
+    from safetensors.torch import load_file
+
+    w1, w2 = load_file(tmp_path / "full" / "r" / "final" / "model.safetensors"), load_file(run_dir / "final" / "model.safetensors")
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+
+
+@pytest.mark.slow
+def test_zero_stages_1_and_2_make_the_stage_0_update(tmp_path):
+    """ZeRO 1 (sharded optimizer state) and 2 (also gradients) on 2 ranks: the same step as stage 0, to rounding.
+    The gradient norm is compared too: Adam's first step hides a wrongly scaled gradient, the norm does not."""
+    extra = ["--env", "frozenlake", "--algo", "ppo", "trainer.steps=1", "trainer.ppo_mini_batch_size=6",
+             "trainer.actor_lr=1e-3", "trainer.critic_lr=1e-3", "trainer.grad_clip=1e9", "collapse.enabled=false"]
+    keys = ["actor/pg_loss", "actor/grad_norm", "actor/entropy", "critic/vf_loss", "critic/grad_norm", "reward/mean"]
+    from safetensors.torch import load_file
+
+    base = run(tmp_path / "s0", 2, *extra, "trainer.zero_stage=0")[1]
+    w0 = load_file(tmp_path / "s0" / "r" / "final" / "model.safetensors")
+    assert base["actor/grad_norm"] > 0
+    for stage in (1, 2):
+        step = run(tmp_path / f"s{stage}", 2, *extra, f"trainer.zero_stage={stage}")[1]
+        assert step["dist/replica_max_abs_diff"] == 0.0
+        for k in keys:
+            assert step[k] == pytest.approx(base[k], rel=1e-4, abs=1e-6), (stage, k)
+        w = load_file(tmp_path / f"s{stage}" / "r" / "final" / "model.safetensors")
+        assert max(float((w0[k] - w[k]).abs().max()) for k in w0) < 1e-5, stage
