@@ -47,3 +47,30 @@ def run_two_steps(env: str, tmp_path: Path, *extra: str, response_length: int | 
     run = tmp_path / "r"
     assert (run / "final").is_dir()
     return run, [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+#: gymnasium warns that a text env declares no render modes besides "ansi": expected for every ragen env
+NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"
+
+
+def env_contract_tests(variants: list[str]):
+    """A plugin's env contract as two parametrised tests over its variants, ragen's ``check_env`` and Gymnasium's;
+    a test module binds them to module-level ``test_*`` names so pytest collects them there."""
+    import ragen
+    from gymnasium.utils import env_checker as gym_checker
+    from ragen.checker import check_env
+
+    @pytest.mark.filterwarnings(NO_SPEC_WARNING)
+    @pytest.mark.parametrize("name", variants)
+    def test_ragen_check_env(name):
+        checks = check_env(name)
+        assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+
+    @pytest.mark.filterwarnings(NO_SPEC_WARNING)
+    @pytest.mark.parametrize("name", variants)
+    def test_gymnasium_check_env(name):
+        env = ragen.make_env(name)
+        gym_checker.check_env(env, skip_close_check=False)
+        env.close()
+
+    return test_ragen_check_env, test_gymnasium_check_env

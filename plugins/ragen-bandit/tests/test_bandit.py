@@ -4,19 +4,15 @@ import collections
 import math
 
 import pytest
-from conftest import run_two_steps
-from gymnasium.utils import env_checker as gym_checker
+from conftest import env_contract_tests, run_two_steps
 
 import ragen
-from ragen.checker import check_env
 from ragen.episode import Episode
 from ragen.prompt import system_prompt
 from ragen.rollout.groups import EnvGroups
 from ragen_bandit.env import PROMPT, TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv, draw_arms
 
 VARIANTS = ["bandit", "bandit-test"]
-NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"
-
 
 def make(**kw):
     return BanditEnv(BanditConfig(max_turns=1, max_actions_per_turn=1, max_actions_per_episode=1, **kw))
@@ -212,19 +208,7 @@ def test_expert_picks_the_high_risk_arm(name):
 
 
 # ---- the env contract ---------------------------------------------------------------------------------------------
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_ragen_check_env(name):
-    checks = check_env(name)
-    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
-
-
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_gymnasium_check_env(name):
-    env = ragen.make_env(name)
-    gym_checker.check_env(env, skip_close_check=False)
-    env.close()
+test_ragen_check_env, test_gymnasium_check_env = env_contract_tests(VARIANTS)
 
 
 @pytest.mark.slow

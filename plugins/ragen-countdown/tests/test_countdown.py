@@ -9,8 +9,7 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
-from conftest import run_two_steps
-from gymnasium.utils import env_checker as gym_checker
+from conftest import env_contract_tests, run_two_steps
 
 import ragen
 from ragen.checker import check_env
@@ -523,22 +522,7 @@ def test_parquet_without_pyarrow_is_a_clear_error(tmp_path, monkeypatch):
 
 
 # ---- the env contract ---------------------------------------------------------------------------------------------
-NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"
-
-
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_ragen_check_env(name):
-    checks = check_env(name)
-    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
-
-
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_gymnasium_check_env(name):
-    env = ragen.make_env(name)
-    gym_checker.check_env(env, skip_close_check=False)
-    env.close()
+test_ragen_check_env, test_gymnasium_check_env = env_contract_tests(VARIANTS)
 
 
 def test_random_text_never_crashes():

@@ -4,10 +4,9 @@ import collections
 
 import numpy as np
 import pytest
-from gymnasium.utils import env_checker as gym_checker
+from conftest import env_contract_tests
 
 import ragen
-from ragen.checker import check_env
 from ragen.episode import Episode
 from ragen_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv, render_coord, render_grid, render_observation
 from ragen_frozenlake.expert import horizon_values
@@ -322,22 +321,7 @@ def test_value_iteration_small_case():
 
 
 # ---- the env contract ---------------------------------------------------------------------------------------------
-NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"
-
-
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_ragen_check_env(name):
-    checks = check_env(name)
-    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
-
-
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_gymnasium_check_env(name):
-    env = ragen.make_env(name)
-    gym_checker.check_env(env, skip_close_check=False)
-    env.close()
+test_ragen_check_env, test_gymnasium_check_env = env_contract_tests(VARIANTS)
 
 
 def test_close_releases_gym_env():

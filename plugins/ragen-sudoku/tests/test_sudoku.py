@@ -5,11 +5,9 @@ import statistics
 import time
 
 import pytest
-from conftest import run_two_steps
-from gymnasium.utils import env_checker as gym_checker
+from conftest import env_contract_tests, run_two_steps
 
 import ragen
-from ragen.checker import check_env
 from ragen.episode import Episode
 from ragen_sudoku.env import render_grid
 from ragen_sudoku.generator import HOLES, generate_puzzle
@@ -17,8 +15,6 @@ from ragen_sudoku.grid import candidates, count_solutions
 from ragen_sudoku.moves import Move, parse_move
 
 VARIANTS = ["sudoku-4x4", "sudoku-9x9"]
-NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"
-
 
 # ---- an independent reference: plain backtracking, first empty cell, digits by scanning ---------------------------
 def _box(n):
@@ -414,19 +410,7 @@ def test_expert_without_a_legal_move_returns_nothing():
 
 
 # ---- the env contract ---------------------------------------------------------------------------------------------
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_ragen_check_env(name):
-    checks = check_env(name)
-    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
-
-
-@pytest.mark.filterwarnings(NO_SPEC_WARNING)
-@pytest.mark.parametrize("name", VARIANTS)
-def test_gymnasium_check_env(name):
-    env = ragen.make_env(name)
-    gym_checker.check_env(env, skip_close_check=False)
-    env.close()
+test_ragen_check_env, test_gymnasium_check_env = env_contract_tests(VARIANTS)
 
 
 @pytest.mark.slow
