@@ -120,15 +120,15 @@ def coq_sentences(text: str) -> tuple[list[str], str]:
     i, n, start = 0, len(text), None
     while i < n:
         ch = text[i]
-        if start is None:  # between sentences: white space, comments, focusing markers
+        if text.startswith("(*", i):  # a comment, between sentences or inside one
+            end = _coq_comment_end(text, i)
+            if end is None:
+                raise SentenceError("unterminated comment '(*'")
+            i = end
+            continue
+        if start is None:  # between sentences: white space, focusing markers
             if ch.isspace():
                 i += 1
-                continue
-            if text.startswith("(*", i):
-                end = _coq_comment_end(text, i)
-                if end is None:
-                    raise SentenceError("unterminated comment '(*'")
-                i = end
                 continue
             if ch in "{}":
                 sentences.append(ch)
@@ -149,12 +149,6 @@ def coq_sentences(text: str) -> tuple[list[str], str]:
             end = _string_end(text, i, "coq")
             if end is None:
                 raise SentenceError("unterminated string")
-            i = end
-            continue
-        if text.startswith("(*", i):
-            end = _coq_comment_end(text, i)
-            if end is None:
-                raise SentenceError("unterminated comment '(*'")
             i = end
             continue
         # like Coq's lexer, any '.' before white space ends the sentence (so '.. ' too: never smuggle a second one)
