@@ -35,6 +35,12 @@ class Generation:
     finish_reason: str  #: 'stop' (ended on an EOS id) | 'length' (hit max_new_tokens)
 
 
+def check_prompts(prompts: list[list[int]]) -> None:
+    """Refuse an empty prompt: an engine has nothing to condition its first token on."""
+    if any(not p for p in prompts):
+        raise ValueError("empty prompt")
+
+
 @runtime_checkable
 class RolloutEngine(Protocol):
     """What the rollout loop needs from an inference engine."""

