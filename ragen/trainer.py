@@ -412,14 +412,12 @@ class Trainer:
 
         for _ in range(cfg.ppo_epochs):
             for mini in split_rows(len(batch), n_minis, gen):
-                micros = [batch.rows(r) for r in micro_batches(mini or [0], cfg.micro_batch_size)]
-                if not mini:  # this rank has fewer rows than mini-batches: it joins the step with a masked row
-                    for m in micros:
-                        m.loss_mask = torch.zeros_like(m.loss_mask)
-                if self.world > 1:  # ZeRO reduces gradients inside backward: every rank runs as many backward passes
-                    for _ in range(max(dp.all_gather_objects(len(micros))) - len(micros)):
-                        micros.append(batch.rows([0]))
-                        micros[-1].loss_mask = torch.zeros_like(micros[-1].loss_mask)
+                # every rank runs as many backward passes (ZeRO reduces gradients inside backward), at least one: a
+                # rank with fewer micro-batches (or no rows in this mini-batch) pads with a masked row, which adds no
+                # gradient and no statistic
+                parts = micro_batches(mini, cfg.micro_batch_size)
+                pad = max(1, *dp.all_gather_objects(len(parts))) - len(parts)
+                micros = [batch.rows(r) for r in parts] + [_masked(batch.rows([0])) for _ in range(pad)]
                 norm = global_norm([m.loss_mask for m in micros], length_norm)
                 share = 1.0 / self.world  # loss shares sum over ranks to the mini-batch loss
                 if self.critic is not None:
@@ -520,6 +518,12 @@ class Trainer:
         getattr(self.engine, "close", lambda: None)()
         self._rollout.close()
         self.writer.close()
+
+
+def _masked(batch: Batch) -> Batch:
+    """``batch`` with its loss mask zeroed."""
+    batch.loss_mask = torch.zeros_like(batch.loss_mask)
+    return batch
 
 
 def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
