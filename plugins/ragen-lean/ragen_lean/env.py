@@ -78,9 +78,10 @@ class LeanConfig(EnvConfig):
     timeout_penalty: float = option(-1.0, "Reward added when the tactic times out, on top of the rejection (RAGEN: -1).")
     max_steps_penalty: float = option(-2.0, "Reward added when max_actions_per_episode tactics leave it unproved (RAGEN: -2).")
     reward_noop: bool = option(
-        True,
-        "Accepted tactics that change nothing (idtac, Show, Search) earn valid_step_reward as in RAGEN; false: they "
-        "earn only the step penalty, so they cannot be farmed.",
+        False,
+        "Whether accepted tactics that change nothing (idtac, Show, Search) earn valid_step_reward. False (FIX): they "
+        "earn only the step penalty, so a policy cannot farm them; true is RAGEN's setting (30 idtac. earn ~+25 "
+        "against ~+10 for a real proof).",
     )
     goals_chars: int = option(2000, "Characters of the current goals shown in the observation.")
     feedback_chars: int = option(1000, "Characters of the last prover feedback shown in the observation.")

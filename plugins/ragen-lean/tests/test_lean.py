@@ -503,7 +503,7 @@ def test_reward_table():
         assert step[1] == pytest.approx(-1.1) and not step[4]["action_is_valid"]
         assert env.step("")[1] == pytest.approx(-1.1)
         assert env.step("Admitted.")[1] == pytest.approx(-1.1)
-        assert env.step("idtac.")[1] == pytest.approx(0.9)  # RAGEN rewards an accepted no-op
+        assert env.step("idtac.")[1] == pytest.approx(-0.1)  # an accepted no-op earns nothing by default
         for tactic in ADD_0_R.proof[1:-1]:
             env.step(tactic)
         obs, reward, terminated, truncated, info = env.step(ADD_0_R.proof[-1])
@@ -511,6 +511,38 @@ def test_reward_table():
         assert "No goals: the proof is complete." in obs
         with pytest.raises(RuntimeError):
             env.step("idtac.")
+    finally:
+        env.close()
+
+
+def _episode_return(env: LeanEnv, tactics) -> float:
+    reset_to(env, "add_0_r")
+    total, done = 0.0, False
+    for tactic in tactics:
+        _, reward, terminated, truncated, _ = env.step(tactic)
+        total += reward
+        done = terminated or truncated
+        if done:
+            break
+    assert done
+    return total
+
+
+@coq
+def test_idtac_farming_earns_less_than_a_real_proof():
+    """Issue 16: with RAGEN's reward_noop=true, 30 x `idtac.` out-earned a proof; the default must not."""
+    farm = ["idtac."] * 30
+    env = curriculum_env()
+    try:
+        assert not env.config.reward_noop
+        proof, farmed = _episode_return(env, ADD_0_R.proof), _episode_return(env, farm)
+        assert farmed == pytest.approx(30 * -0.1 - 2.0) and farmed < 0 < proof
+    finally:
+        env.close()
+    env = curriculum_env(reward_noop=True)  # RAGEN's setting stays available
+    try:
+        farmed = _episode_return(env, farm)
+        assert farmed == pytest.approx(30 * 0.9 - 2.0) and farmed > _episode_return(env, ADD_0_R.proof)
     finally:
         env.close()
 
