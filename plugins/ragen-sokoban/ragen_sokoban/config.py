@@ -34,7 +34,9 @@ class SokobanConfig(EnvConfig):
 
     dim_room: tuple[int, int] = option((6, 6), "Room rows x cols, border walls included (RAGEN: 6x6).", converter=_pair)
     num_boxes: int = option(1, "Boxes (and targets) per generated level (RAGEN's training setting: 1).")
-    search_depth: int = option(300, "Depth limit of the reverse-play search that scrambles the solved level (RAGEN: 300).")
+    search_depth: int = option(
+        300, "RAGEN's reverse-play depth (its ttl): scrambled states are at most search_depth - 2 moves deep (RAGEN: 300)."
+    )
     min_pushes: int = option(1, "Reject generated levels whose optimal solution has fewer pushes.")
     max_steps: int = option(100, "Env steps (executed actions) before `truncated` (gym-sokoban: 100).")
     observation_format: str = option(
@@ -49,7 +51,10 @@ class SokobanConfig(EnvConfig):
     coord_walls: bool = option(False, "List the interior walls in coordinate observations (RAGEN omits them).")
     player_displacement: bool = option(True, "RAGEN's random walk of the player (up to 3 steps) after reverse play.")
     reject_over_budget: bool = option(
-        True, "Reject generated levels whose solution needs more moves than the episode budget (False: RAGEN's levels)."
+        True, "Reject generated levels whose move-optimal solution is longer than the episode budget (False: RAGEN's levels)."
+    )
+    allow_box_on_target: bool = option(
+        False, "Let reverse play end with a box on a target (RAGEN never does; True gives easier multi-box levels)."
     )
     level_source: str = option(
         "procedural", "procedural (own generator) or boxoban (levels read from boxoban_files).",
@@ -66,9 +71,11 @@ class SokobanConfig(EnvConfig):
         vocab = self.grid_vocab
         if len(vocab) != 7 or len(set(vocab)) != 7 or any(len(s) != 1 or s.isspace() for s in vocab):
             raise ConfigError(f"grid_vocab: expected 7 distinct one-character symbols, got {list(vocab)}")
-        for key in ("num_boxes", "search_depth", "max_steps"):
+        for key in ("num_boxes", "max_steps"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}: must be >= 1, got {getattr(self, key)}")
+        if self.search_depth < 3:
+            raise ConfigError(f"search_depth: must be >= 3 (reverse play reaches search_depth - 2 moves), got {self.search_depth}")
         if self.min_pushes < 0:
             raise ConfigError(f"min_pushes: must be >= 0, got {self.min_pushes}")
         if self.level_source == "procedural" and self.num_boxes + 1 > (self.dim_room[0] - 2) * (self.dim_room[1] - 2):

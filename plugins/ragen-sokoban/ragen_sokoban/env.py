@@ -1,4 +1,4 @@
-"""The Sokoban env (environments.md §2): gym-sokoban dynamics and rewards, RAGEN's text observations, BFS expert."""
+"""The Sokoban env (environments.md §2): gym-sokoban dynamics and rewards, RAGEN's text observations, move-optimal expert."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ from ragen_sokoban.solver import (
     PLAYER_ON_TARGET,
     TARGET,
     WALL,
+    MOVE_STATE_LIMIT,
     Board,
+    SearchLimit,
     solve,
+    solve_moves,
 )
 
 #: gym-sokoban's reward constants
@@ -25,9 +28,10 @@ STEP_PENALTY, BOX_ON_TARGET_REWARD, BOX_OFF_TARGET_PENALTY, SOLVED_REWARD = -0.1
 
 
 class SokobanExpert(Expert):
-    """Plans with the push-level BFS from the env's current state and follows the plan while the env stays on it
-    (any other state, e.g. after a blocked or off-plan move, is replanned). ``[]``: solved, or no plan within the
-    solver's state limit (remembered, so a hopeless state is not searched twice)."""
+    """Plans a move-optimal solution (BFS over player and boxes) from the env's current state and follows it while
+    the env stays on it (any other state, e.g. after a blocked or off-plan move, is replanned). Levels beyond the
+    move-level search's state limit (Boxoban's 4 boxes) get the push-optimal plan instead. ``[]``: solved, or no
+    plan (remembered, so a hopeless state is not searched twice)."""
 
     def __init__(self) -> None:
         self._plan: dict[tuple, tuple[str, ...]] = {}  # state on the current plan -> the plan's remaining moves
@@ -42,11 +46,15 @@ class SokobanExpert(Expert):
             return self._plan[state]
         if state in self._hopeless:
             return None
-        solution = solve(env.board, env.player, state[1])
-        if solution is None:
+        try:
+            moves = solve_moves(env.board, env.player, state[1], limit=MOVE_STATE_LIMIT)
+        except SearchLimit:
+            solution = solve(env.board, env.player, state[1])
+            moves = solution[1] if solution is not None else None
+        if moves is None:
             self._hopeless.add(state)
             return None
-        self._plan = _states_along(env.board, env.player, state[1], tuple(solution[1]))
+        self._plan = _states_along(env.board, env.player, state[1], tuple(moves))
         return self._plan.get(state, ())
 
     def next_actions(self, env: SokobanEnv, k: int) -> list[str]:
@@ -71,8 +79,8 @@ class SokobanExpert(Expert):
         box = player + env.board.step[plan[n]]
         walk = f"walk {n} step{'s' if n != 1 else ''} to {at(player)} and " if n else ""
         pushes = sum(1 for _ in _pushes(env, plan))
-        return (f"I am at {at(env.player)}. Solving takes at least {pushes} push{'es' if pushes != 1 else ''}; "
-                f"first I {walk}push the box at {at(box)} {plan[n]}.")
+        return (f"I am at {at(env.player)}. My plan takes {len(plan)} move{'s' if len(plan) != 1 else ''} "
+                f"({pushes} push{'es' if pushes != 1 else ''}); first I {walk}push the box at {at(box)} {plan[n]}.")
 
 
 def _pushes(env: SokobanEnv, plan: tuple[str, ...]):
@@ -144,7 +152,8 @@ class SokobanEnv(Env):
         else:
             rows, cols = cfg.dim_room
             level = generate(seed, rows, cols, cfg.num_boxes, cfg.search_depth, cfg.min_pushes,
-                             cfg.action_budget if cfg.reject_over_budget else None, cfg.player_displacement)
+                             cfg.action_budget if cfg.reject_over_budget else None, cfg.player_displacement,
+                             cfg.allow_box_on_target)
             room = level.room
             self.task_id = f"sokoban/{rows}x{cols}/b{cfg.num_boxes}/s{seed}"
             self.optimal_pushes = level.pushes

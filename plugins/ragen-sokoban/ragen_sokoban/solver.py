@@ -1,8 +1,12 @@
-"""Push-level BFS solver (environments.md §2): the fewest pushes, with shortest walks between them.
+"""Sokoban solvers (environments.md §2): move-optimal BFS and push-optimal BFS.
 
 Cells are ints ``r * cols + c``; adjacency is precomputed per floor cell, so no move ever wraps around a row.
-A search state is ``(frozenset of box cells, canonical player cell)`` where the canonical cell is the smallest cell
-of the region the player can walk to without pushing: states that differ only by walking are one state.
+
+* ``solve_moves``: the fewest moves (a walk and a push each count one), BFS over (player cell, box bitmask). This is
+  the plan the expert follows and the length the generator compares with the episode budget.
+* ``solve``: the fewest pushes, with shortest walks between them. A search state is ``(frozenset of box cells,
+  canonical player cell)`` where the canonical cell is the smallest cell of the region the player can walk to without
+  pushing: states that differ only by walking are one state. It reports push counts (``optimal_pushes``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,12 @@ WALL, EMPTY, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET = range(7)
 MOVES = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
 OPPOSITE = {"Up": "Down", "Down": "Up", "Left": "Right", "Right": "Left"}
 STATE_LIMIT = 1_000_000
+#: move-level states the expert searches before it falls back to the push-optimal plan (Boxoban's 4 boxes)
+MOVE_STATE_LIMIT = 200_000
+
+
+class SearchLimit(RuntimeError):
+    """The move-level search met its state limit before it found a solution or proved there is none."""
 
 
 class Board:
@@ -39,6 +49,14 @@ class Board:
         self._near = {cell: tuple(moves.values()) for cell, moves in self.adj.items()}
         #: non-target cells blocked vertically and horizontally: a box pushed there can never move again
         self.dead = frozenset(cell for cell, moves in self.adj.items() if cell not in self.targets and _corner(moves))
+        self.target_mask = _mask(self.targets)
+        self.dead_mask = _mask(self.dead)
+        #: floor cell -> [(move index in MOVES, next floor cell, the floor cell after it or -1)]: the move-BFS's table
+        names = list(MOVES)
+        self.steps2 = {
+            cell: [(names.index(name), nxt, self.adj[nxt].get(name, -1)) for name, nxt in moves.items()]
+            for cell, moves in self.adj.items()
+        }
 
     def move(self, cell: int, name: str) -> int | None:
         """The floor cell one ``name`` move from ``cell``, or None (wall or edge)."""
@@ -76,6 +94,13 @@ class Board:
                     return path[::-1]
                 queue.append(nxt)
         raise ValueError(f"cell {goal} is not reachable from {start}")
+
+
+def _mask(cells) -> int:
+    out = 0
+    for cell in cells:
+        out |= 1 << cell
+    return out
 
 
 def _corner(moves: dict[str, int]) -> bool:
@@ -133,3 +158,62 @@ def _unwind(board: Board, parents: dict, key: tuple) -> tuple[int, list[str]]:
         moves += board.walk(pl, board.adj[box][OPPOSITE[name]], boxes)
         moves.append(name)
     return len(pushes), moves
+
+
+def solve_moves(board: Board, player: int, boxes, max_moves: int | None = None, limit: int = STATE_LIMIT) -> list[str] | None:
+    """A shortest move sequence (walks and pushes each count one move) that puts every box on a target; None when
+    there is none of at most ``max_moves`` moves (None: any length). Raises ``SearchLimit`` past ``limit`` states.
+
+    BFS layer by layer over (player cell, box bitmask); pushes into corner dead cells are pruned (such a box can never
+    reach a target, so no solution is lost). Moves are tried in the order Up, Down, Left, Right: the plan is
+    deterministic.
+    """
+    tmask, dead = board.target_mask, board.dead_mask
+    bm = _mask(boxes)
+    if not bm & ~tmask:
+        return []
+    if bm & dead:
+        return None
+    shift = (board.rows * board.cols).bit_length()  # player cell in the low bits, boxes above
+    steps2 = board.steps2
+    start = bm << shift | player
+    pmask = (1 << shift) - 1
+    parent: dict[int, tuple[int, int] | None] = {start: None}
+    frontier = [start]
+    depth = 0
+    while frontier and (max_moves is None or depth < max_moves):
+        depth += 1
+        nxt_frontier = []
+        for key in frontier:
+            bm = key >> shift
+            for d, n1, n2 in steps2[key & pmask]:
+                b1 = 1 << n1
+                if bm & b1:  # a push: the cell behind the box must be free floor, not a dead corner
+                    if n2 < 0 or (bm | dead) >> n2 & 1:
+                        continue
+                    nbm = bm ^ b1 | 1 << n2
+                    nk = nbm << shift | n1
+                    if nk in parent:
+                        continue
+                    parent[nk] = (key, d)
+                    if not nbm & ~tmask:
+                        return _unwind_moves(parent, nk)
+                else:
+                    nk = bm << shift | n1
+                    if nk in parent:
+                        continue
+                    parent[nk] = (key, d)
+                nxt_frontier.append(nk)
+        if len(parent) > limit:
+            raise SearchLimit(f"move-level search stopped at {limit} states")
+        frontier = nxt_frontier
+    return None
+
+
+def _unwind_moves(parent: dict, key: int) -> list[str]:
+    names = list(MOVES)
+    moves = []
+    while parent[key] is not None:
+        key, d = parent[key]
+        moves.append(names[d])
+    return moves[::-1]

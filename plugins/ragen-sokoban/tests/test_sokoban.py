@@ -14,8 +14,8 @@ from ragen.checker import check_env
 from ragen.episode import Episode
 from ragen.prompt import system_prompt
 from ragen_sokoban.boxoban import load_levels
-from ragen_sokoban.generator import attempt_seed, generate
-from ragen_sokoban.solver import Board, solve
+from ragen_sokoban.generator import attempt_seed, candidates, generate
+from ragen_sokoban.solver import Board, SearchLimit, solve, solve_moves
 
 BOXOBAN = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "boxoban"
 needs_boxoban = pytest.mark.skipif(not (BOXOBAN / "hard_000.txt").is_file(), reason=f"Boxoban test data not at {BOXOBAN}")
@@ -78,6 +78,37 @@ def fewest_pushes(board: Board, player: int, boxes) -> int | None:
     return None
 
 
+def fewest_moves(board: Board, player: int, boxes) -> int | None:
+    """Reference optimum: plain BFS over (player, boxes), every walk or push one move (no pruning, no bitmasks)."""
+    start = (player, frozenset(boxes))
+    dist = {start: 0}
+    queue = deque([start])
+    while queue:
+        state = queue.popleft()
+        (pl, bx), d = state, dist[state]
+        if bx <= board.targets:
+            return d
+        for name, nxt in board.neighbours[pl]:
+            nbx = bx
+            if nxt in bx:
+                dest = board.move(nxt, name)
+                if dest is None or dest in bx:
+                    continue
+                nbx = (bx - {nxt}) | {dest}
+            if (nxt, nbx) not in dist:
+                dist[(nxt, nbx)] = d + 1
+                queue.append((nxt, nbx))
+    return None
+
+
+def start_of(level_room) -> tuple[Board, int, frozenset]:
+    """(board, player cell, box cells) of a room of codes."""
+    cols = len(level_room[0])
+    flat = [(r * cols + c, x) for r, row in enumerate(level_room) for c, x in enumerate(row)]
+    return (Board(level_room), next(cell for cell, x in flat if x in (5, 6)),
+            frozenset(cell for cell, x in flat if x in (3, 4)))
+
+
 def play(env, moves):
     """Step through ``moves``; returns (total reward, last step)."""
     total, last = 0.0, None
@@ -93,8 +124,9 @@ def test_thousand_levels_are_solvable_and_the_plan_earns_the_ragen_reward():
     for seed in range(10_000, 11_000):
         _, info = env.reset(seed=seed)
         start = (env.board, env.player, env.boxes)
-        pushes, moves = solve(*start)
-        assert pushes == info["optimal_pushes"] >= 1 and len(moves) == info["plan_moves"] <= 10  # reject_over_budget
+        moves = solve_moves(*start)
+        assert solve(*start)[0] == info["optimal_pushes"] >= 1
+        assert len(moves) == info["plan_moves"] <= 10  # reject_over_budget
         want = expected_return(*start, moves)
         got = 0.0
         for i, m in enumerate(moves):
@@ -103,6 +135,60 @@ def test_thousand_levels_are_solvable_and_the_plan_earns_the_ragen_reward():
             assert term == (i == len(moves) - 1) and not trunc and step_info["action_is_effective"]
         assert step_info["success"] and got == pytest.approx(want)
         assert got == pytest.approx(11 - 0.1 * len(moves))  # one box, one target: it lands there once, at the end
+
+
+@pytest.mark.parametrize("name", ["sokoban", "sokoban-large"])
+def test_no_level_starts_with_a_box_on_a_target(name):
+    env = ragen.make_env(name)
+    for seed in range(1000):
+        env.reset(seed=seed)
+        assert not env.boxes & env.board.targets, seed
+    # RAGEN's rule is what removes them: lifted, some 2-box levels start with a box already home
+    lifted = ragen.make_env(name, allow_box_on_target=True)
+    on_target = 0
+    for seed in range(200):
+        lifted.reset(seed=seed)
+        on_target += bool(lifted.boxes & lifted.board.targets)
+    assert on_target > 20 if name == "sokoban-large" else on_target == 0  # one box on its target scores 0 anyway
+
+
+def test_expert_plan_is_move_optimal():
+    for name, seeds in (("sokoban", range(1000)), ("sokoban-large", range(200)), ("sokoban-vocab", range(200))):
+        env = ragen.make_env(name)
+        for seed in seeds:
+            env.reset(seed=seed)
+            plan = env.expert.next_actions(env, 100)
+            assert len(plan) == fewest_moves(env.board, env.player, env.boxes), (name, seed)
+            play(env, plan)
+            assert env.solved()
+
+
+def test_no_level_solvable_within_the_budget_is_rejected():
+    """The generated level is the first reverse-played candidate whose move optimum fits the 10-move budget."""
+    for seed in range(1000):
+        level = generate(seed, 6, 6, 1, 300, min_pushes=1, max_moves=10)
+        for attempt, board, player, boxes in candidates(seed, 6, 6, 1, 300):
+            best = fewest_moves(board, player, boxes)
+            if best is not None and best <= 10:
+                assert (attempt, start_of(level.room)[1:]) == (level.attempt, (player, frozenset(boxes))), seed
+                assert len(level.moves) == best
+                break
+
+
+def test_move_solver_on_hand_built_levels():
+    board = Board(room(SPEC_LEVEL))
+    assert solve_moves(board, 4 * 6 + 2, {3 * 6 + 1}) == ["Left", "Up", "Up"]
+    assert solve_moves(board, 4 * 6 + 2, {3 * 6 + 1}, max_moves=2) is None  # needs 3
+    assert solve_moves(board, 4 * 6 + 2, {1 * 6 + 1}) == []
+    shorter = 0
+    for seed in range(300):  # the push-optimal plan is never shorter and, on some levels, longer
+        board, player, boxes = start_of(generate(seed).room)
+        moves, (_, push_plan) = solve_moves(board, player, boxes), solve(board, player, boxes)
+        assert len(moves) == fewest_moves(board, player, boxes) <= len(push_plan)
+        shorter += len(moves) < len(push_plan)
+    assert shorter >= 10
+    with pytest.raises(SearchLimit):
+        solve_moves(board, player, boxes, limit=1)
 
 
 def test_solver_push_count_is_optimal():
@@ -141,8 +227,8 @@ def test_generated_levels_respect_the_settings():
     assert sum(x in (3, 4) for x in flat) == 2 and sum(x in (2, 3, 6) for x in flat) == 2
     assert sum(x in (5, 6) for x in flat) == 1
     assert all(x == 0 for x in level.room[0] + level.room[-1]) and all(row[0] == row[-1] == 0 for row in level.room)
-    long = [generate(s, max_moves=None).moves for s in range(200)]  # RAGEN's distribution keeps longer levels
-    assert any(len(m) > 10 for m in long)
+    # RAGEN's distribution (no budget) keeps the rare level whose optimum exceeds 10 moves; the budget replaces it
+    assert len(generate(243, max_moves=None).moves) > 10 >= len(generate(243, max_moves=10).moves)
 
 
 # ---- dynamics and rewards ---------------------------------------------------------------------------------------
@@ -258,7 +344,7 @@ def test_expert_replans_and_explains():
     env.load_room(room(SPEC_LEVEL))
     assert env.expert.next_actions(env, 2) == ["Left", "Up"]
     assert env.expert.rationale(env) == (
-        "I am at (4, 2). Solving takes at least 2 pushes; first I walk 1 step to (4, 1) and push the box at (3, 1) Up."
+        "I am at (4, 2). My plan takes 3 moves (2 pushes); first I walk 1 step to (4, 1) and push the box at (3, 1) Up."
     )
     env.step("Right")  # off the plan
     assert env.expert.next_actions(env, 10) == ["Left", "Left", "Up", "Up"]
