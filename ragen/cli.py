@@ -320,7 +320,41 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options) -> No
     out = out or Path("runs") / f"eval-{env_name}"
     metrics = evaluate(env_name, model_name, k=k, n_groups=n_groups, temperature=temperature, out=out, options=_options(options))
     click.echo(json.dumps(metrics, indent=2))
-    click.echo(f"trajectories: {out / 'trajectories.jsonl'}")
+    click.echo(f"trajectories: {out / 'trajectories.jsonl'}\nviewer: {out / 'report.html'}")
+
+
+# ---- looking at runs ----------------------------------------------------------------------------------------
+
+
+_runs_argument = click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+
+
+@cli.command()
+@_runs_argument
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path),
+              help="HTML file to write (default: RUN/report.html for one run, report.html for several).")
+def report(runs, out) -> None:
+    """One self-contained HTML report of RUNS (run or eval folders): curves, collapse panel, trajectory viewer."""
+    from ragen.report import build_report
+
+    out = out or (runs[0] / "report.html" if len(runs) == 1 else Path("report.html"))
+    click.echo(f"report: {build_report(list(runs), out)}")
+
+
+@cli.command()
+@_runs_argument
+@click.option("-m", "--metric", "metrics", multiple=True, metavar="NAME",
+              help="Metric to draw (repeatable; default: the key metrics the runs logged).")
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("curves.png"), show_default=True,
+              help="PNG file to write.")
+@click.option("--dpi", default=120, show_default=True, help="Resolution of the PNG.")
+def plot(runs, metrics, out, dpi) -> None:
+    """PNG curves of RUNS' metrics against step, the runs overlaid (for papers and READMEs)."""
+    from ragen import plot as plot_mod
+
+    curves = plot_mod.load_runs(list(runs))
+    chosen = list(metrics) or plot_mod.present(curves, plot_mod.KEY_METRICS)
+    click.echo(f"plot: {plot_mod.write_png(curves, chosen, out, dpi=dpi)}")
 
 
 def _options(items: tuple[str, ...]) -> dict:

@@ -252,6 +252,12 @@ class LoggingSection:
     wandb_project: str = option("ragen", "Weights & Biases project.")
     save_trajectories: int = option(8, "Trajectories per step written to trajectories.jsonl (0 = none, -1 = all).")
     progress: bool = option(True, "Show a progress bar over steps.")
+    report_every: int = option(0, "Rewrite report.html in the run folder every N steps and at the end (`ragen report`; "
+                                  "0 = never).")
+
+    def __attrs_post_init__(self) -> None:
+        if self.report_every < 0:
+            raise ConfigError(f"report_every: must be >= 0 (0 = never), got {self.report_every}")
 
 
 @attrs.frozen(kw_only=True)

@@ -49,4 +49,7 @@ def evaluate(env_name: str, model: str, *, k: int = 1, n_groups: int = 64, tempe
             for t in res.trajectories:
                 f.write(t.to_json() + "\n")
         (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        from ragen.report import build_report  # the trajectory viewer of `ragen report`, for these trajectories
+
+        build_report([out], out / "report.html", decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
     return metrics

@@ -73,6 +73,8 @@ class RunWriter:
         with open(self.dir / name, "a") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
+        if self._wandb is not None and name == "val_trajectories.jsonl":
+            self._wandb.log({"val/generations": generations_table(rows)}, step=rows[0]["step"])
 
     def truncate_after(self, step: int) -> None:
         """On resume: drop metric lines of steps after the checkpoint (they will be recomputed)."""
@@ -84,6 +86,23 @@ class RunWriter:
     def close(self) -> None:
         if self._wandb is not None:
             self._wandb.finish()
+
+
+#: columns of the wandb ``val/generations`` table, one row per validation trajectory
+GENERATION_COLUMNS = ("step", "env", "seed", "member", "success", "score", "reward", "num_turns", "end", "turns")
+
+
+def generations_table(rows: list[dict]):
+    """Validation trajectories (``to_dict`` rows with their step) as a wandb Table: the turn texts and rewards."""
+    import wandb as wandb_lib
+
+    def turns(row: dict) -> str:
+        return "\n\n".join(f"[turn {i + 1}] reward {t['reward']}, penalty {t['penalty']}, actions {t['executed']}\n"
+                            f"{t['response_text']}" for i, t in enumerate(row["turns"]))
+
+    data = [[r["step"], r["env_name"], r["seed"], r["rollout_index"], r["success"], r["score"], r["reward"],
+             r["num_turns"], r["truncation_reason"] or ("success" if r["success"] else "done"), turns(r)] for r in rows]
+    return wandb_lib.Table(columns=list(GENERATION_COLUMNS), data=data)
 
 
 def progress(total: int, initial: int, enabled: bool):

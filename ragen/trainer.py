@@ -597,6 +597,11 @@ def _loop(trainer: Trainer) -> None:
                 res.metrics.update(val)
                 stop = stop or trainer.early_stop.after_validation(res.metrics)
             trainer.writer.metrics(step, res.metrics)
+            if trainer.cfg.logging.report_every and dp.is_main():  # report.html: a long run watched in a browser
+                from ragen.report import refresh
+
+                refresh(trainer.run_dir, step, trainer.cfg.logging.report_every,
+                        final=bool(stop or out_of_time or step == cfg.steps))
             bar.update(1)
             bar.set_postfix({k.split("/")[-1]: f"{res.metrics[k]:.3g}" for k in
                              ("rollout/success", "reward/mean", "actor/pg_loss", "val/success") if k in res.metrics})
