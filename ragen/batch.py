@@ -100,6 +100,21 @@ def micro_batches(rows: list[int], micro_size: int) -> list[list[int]]:
     return [rows[i : i + micro_size] for i in range(0, len(rows), micro_size)]
 
 
+def token_micro_batches(rows: list[int], lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """``rows`` sorted by length (longest first) and cut so that each micro-batch's padded size (rows x its longest
+    row) stays within ``budget`` tokens; a row longer than the budget goes alone. Rows of similar length share a
+    micro-batch, so padding does not dominate when multi-turn lengths vary; short rows go many at a time."""
+    out: list[list[int]] = []
+    longest = 0  # of the open micro-batch: its first row, since rows come longest first
+    for i in sorted(range(len(rows)), key=lambda i: -lengths[i]):
+        if out and (len(out[-1]) + 1) * longest <= budget:
+            out[-1].append(rows[i])
+        else:
+            out.append([rows[i]])
+            longest = lengths[i]
+    return out
+
+
 def split_rows(n: int, count: int, generator: torch.Generator) -> list[list[int]]:
     """n rows shuffled into exactly ``count`` near-equal lists (sizes differ by at most 1; some may be empty when
     n < count, as on a data-parallel rank holding fewer rows than the global number of mini-batches)."""

@@ -175,6 +175,10 @@ class TrainerSection:
     grad_clip: float = option(1.0, "Gradient norm clip for actor and critic (RAGEN 1.0).")
     ppo_mini_batch_size: int = option(8, "Trajectories per optimizer step (RAGEN 32); kept rows split into near-equal mini-batches.")
     micro_batch_size: int = option(4, "Trajectories per forward/backward (gradient accumulation inside a mini-batch).")
+    micro_batch_tokens: int = option(0, "Token budget per forward/backward: rows sorted by length, each micro-batch as many "
+                                     "as fit (rows x longest row <= budget, at least one row); 0 = micro_batch_size rows.")
+    threads: int = option(0, "torch intra-op threads in every rank, rollout included (0 = CPU cores / local processes, at "
+                          "least 1). More threads than free cores stalls small matmuls on a shared machine.")
     ppo_epochs: int = option(1, "Passes over the kept batch per step (RAGEN 1).")
     logprob_chunk: int = option(256, "Positions per chunk when computing log-probs, so full-vocabulary logits never materialise.")
     value_clip: float = option(0.5, "Critic value clip (RAGEN cliprange_value 0.5).")
@@ -184,6 +188,10 @@ class TrainerSection:
     max_steps_wall_s: float = option(0.0, "Stop after this many seconds of training (0 = no limit); the run still checkpoints and exports.")
 
     def __attrs_post_init__(self) -> None:
+        if self.threads < 0:
+            raise ConfigError(f"threads: must be >= 0 (0 = CPU cores / local processes), got {self.threads}")
+        if self.micro_batch_tokens < 0:
+            raise ConfigError(f"micro_batch_tokens: must be >= 0 (0 = micro_batch_size rows), got {self.micro_batch_tokens}")
         if self.zero_stage not in (0, 1, 2):
             raise ConfigError(f"zero_stage: must be 0, 1 or 2, got {self.zero_stage} (stage 3 shards the weights, which the "
                               "HF rollout engine and the export read whole; shard optimizer state and gradients with 2)")

@@ -17,14 +17,48 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def default_threads() -> int:
+    """CPU cores this process may use, divided among the local processes of a launch (at least 1)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, cores // max(local, 1))
+
+
+def set_threads(threads: int) -> int:
+    """Apply ``trainer.threads`` (0 = ``default_threads()``) with ``torch.set_num_threads``; returns the count used.
+
+    More intra-op threads than free cores makes OpenMP barriers spin and stall: on 2 cores shared with other work,
+    small matmuls ran 30-70x slower at 2 threads than at 1. Every rank calls this, and the HF rollout runs in the
+    same process, so one call covers generation and training."""
+    n = threads or default_threads()
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
+def _no_shm_comm_op() -> None:
+    """Keep DeepSpeed from JIT-compiling its ``deepspeed_shm_comm`` C++ op (about 83 CPU-seconds at the first run).
+
+    DeepSpeed's ``TorchBackend`` builds the op whenever the CPU accelerator lists it as compatible; it only speeds up
+    all-reduce between ranks on one host, which gloo does without it. Marking it incompatible in DeepSpeed's
+    ``deepspeed.ops.__compatible_ops__`` table (computed once per process, edits persist) makes the backend skip it.
+    """
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def init_distributed(device: torch.device) -> None:
-    """Initialise torch.distributed through DeepSpeed (a one-process group unless a launcher set RANK etc.)."""
+    """Initialise torch.distributed through DeepSpeed (a one-process group unless a launcher set RANK etc.).
+
+    On CPU the group is gloo and no DeepSpeed op is compiled (see ``_no_shm_comm_op``)."""
     if device.type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
     import torch.distributed as dist
+
+    if device.type == "cpu":
+        _no_shm_comm_op()
 
     if dist.is_available() and dist.is_initialized():
         return

@@ -71,6 +71,40 @@ def token_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, input_ids: to
     return out, ent
 
 
+def sampled_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor,
+                     temperature: float = 1.0, chunk: int = 256, with_entropy: bool = False,
+                     entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``token_logprobs`` at the positions where ``mask`` is set (the sampled tokens), 0 elsewhere.
+
+    The LM head and the softmax run only on the hidden states that predict a sampled token, ``chunk`` of them at a
+    time: prompt and observation tokens (most of a multi-turn row) never reach the vocabulary-sized logits. Wherever
+    ``mask`` is 0 the callers multiply by the mask, so loss and gradients equal the every-position path's. A row set
+    with no sampled token (a masked padding row) still scores one position, so the graph reaches every weight and a
+    backward pass runs as on any other rank. ``entropy_grad=False`` computes the entropy without a graph (a metric).
+    """
+    b, length, _ = hidden.shape
+    sel = mask[:, 1:] > 0
+    if not bool(sel.any()):
+        sel = torch.zeros_like(sel)
+        sel[0, 0] = True
+    rows, cols = sel.nonzero(as_tuple=True)  # cols: the predicting position j-1 of the sampled token j
+    targets = input_ids[rows, cols + 1]
+    picked = hidden[rows, cols]  # [N, H]: only the states that predict a sampled token
+    lps, ents = [], []
+    for start in range(0, picked.shape[0], chunk):
+        logits = lm_head(picked[start : start + chunk]).float() / temperature
+        logp = F.log_softmax(logits, dim=-1)
+        lps.append(logp.gather(-1, targets[start : start + chunk, None]).squeeze(-1))
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ents.append(-(logp.exp() * logp).sum(-1))
+    out = hidden.new_zeros((b, length), dtype=torch.float32).index_put((rows, cols + 1), torch.cat(lps))
+    ent = None
+    if with_entropy:
+        ent = hidden.new_zeros((b, length), dtype=torch.float32).index_put((rows, cols + 1), torch.cat(ents))
+    return out, ent
+
+
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference (§5.4): k1 = d, abs = |d|, k2 = d²/2,
     k3 = exp(-d') + d' - 1 with d' = clamp(d, ±20), clamped to [-10, 10]; d = log π - log π_ref."""

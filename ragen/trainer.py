@@ -19,14 +19,15 @@ import torch
 
 from ragen import config as config_mod
 from ragen.algorithm import AdvantageInput, AlgorithmPreset, FilterInput, ShapeInput
-from ragen.batch import Batch, collate, micro_batches, split_rows
+from ragen.batch import Batch, collate, micro_batches, split_rows, token_micro_batches
 from ragen.components import component_config, make_component, make_env
 from ragen.config import RunConfig
 from ragen import distributed as dp
 from ragen.distributed import init_distributed, make_engine, pick_device, step_with_grad_norm, user_deepspeed_config
 from ragen.errors import ConfigError, RagenError
 from ragen.early_stop import EarlyStopper
-from ragen.losses import aggregate, global_norm, kl_penalty, policy_loss, tis_weights, token_logprobs, value_loss
+from ragen.losses import aggregate, global_norm, kl_penalty, policy_loss, sampled_logprobs, tis_weights, value_loss
+from ragen.rollout.engine import old_logprobs_reusable
 from ragen.plugins import get_registry
 from ragen.runlog import NullWriter, RunWriter, configure_logging, log, progress
 
@@ -83,6 +84,7 @@ class Trainer:
 
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.device = pick_device(cfg.trainer.device)
+        self.threads = dp.set_threads(cfg.trainer.threads)  # before any torch work: rollout and update share it
         self.dtype = resolve_dtype(cfg.model.dtype, str(self.device))
         seed_everything(cfg.trainer.seed)
 
@@ -290,12 +292,13 @@ class Trainer:
         """Mean token entropy over each trajectory's sampled tokens (for the entropy filter metrics)."""
         batch = collate(trajs, self.tokenizer.pad_token_id, [0.0] * len(trajs)).to(self.device)
         out = []
-        for rows in micro_batches(list(range(len(batch))), self.cfg.trainer.micro_batch_size):
+        parts = []
+        for rows in self._micro_batches(batch, list(range(len(batch)))):
             sub = batch.rows(rows)
             _, ent = self._forward_logprobs(sub, with_entropy=True)
             m = sub.loss_mask
-            out += ((ent * m).sum(-1) / m.sum(-1).clamp(min=1)).tolist()
-        return out
+            parts.append((rows, (ent * m).sum(-1) / m.sum(-1).clamp(min=1)))
+        return _in_row_order(parts).tolist()
 
     def _finish_step(self, metrics: dict, trajs: list, t0: float, t_rollout: float, t_update: float) -> StepResult:
         # ==== LOG: one metrics.jsonl line per step, sampled trajectories, console ====
@@ -311,25 +314,52 @@ class Trainer:
         return StepResult(metrics, stop_reason=self.early_stop.after_step(metrics))
 
     # ------------------------------------------------------------------------------------------------
-    def _forward_logprobs(self, batch: Batch, with_entropy: bool, module: torch.nn.Module | None = None):
+    def _forward_logprobs(self, batch: Batch, with_entropy: bool, module: torch.nn.Module | None = None,
+                          entropy_grad: bool = True):
+        """Log-probs (and entropy) of the sampled tokens (``loss_mask``), 0 elsewhere, as [rows, width] tensors.
+
+        The decoder runs up to the last sampled token of the micro-batch (what follows cannot change a causal
+        model's earlier states) and the LM head only where a sampled token is predicted (``sampled_logprobs``)."""
         module = self.actor.module if module is None else module
-        hidden = module.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                      position_ids=batch.position_ids).last_hidden_state
-        return token_logprobs(hidden, module.get_output_embeddings(), batch.input_ids, temperature=self.cfg.rollout.temperature,
-                              chunk=self.cfg.trainer.logprob_chunk, with_entropy=with_entropy)
+        width = batch.input_ids.shape[1]
+        sampled = batch.loss_mask.sum(0).nonzero()
+        end = int(sampled[-1]) + 1 if len(sampled) else min(2, width)
+        hidden = module.get_decoder()(input_ids=batch.input_ids[:, :end], attention_mask=batch.attention_mask[:, :end],
+                                      position_ids=batch.position_ids[:, :end]).last_hidden_state
+        lp, ent = sampled_logprobs(hidden, module.get_output_embeddings(), batch.input_ids[:, :end], batch.loss_mask[:, :end],
+                                   temperature=self.cfg.rollout.temperature, chunk=self.cfg.trainer.logprob_chunk,
+                                   with_entropy=with_entropy, entropy_grad=entropy_grad)
+        return _pad_to(lp, width), None if ent is None else _pad_to(ent, width)
+
+    def _micro_batches(self, batch: Batch, rows: list[int]) -> list[list[int]]:
+        """``rows`` cut into micro-batches: by token budget over length-sorted rows (``trainer.micro_batch_tokens``),
+        else ``trainer.micro_batch_size`` rows at a time."""
+        tcfg = self.cfg.trainer
+        if tcfg.micro_batch_tokens > 0:
+            lengths = batch.attention_mask.sum(-1).tolist()
+            return token_micro_batches(rows, [lengths[r] for r in rows], tcfg.micro_batch_tokens)
+        return micro_batches(rows, tcfg.micro_batch_size)
 
     @torch.no_grad()
     def _old_logprobs(self, batch: Batch, metrics: dict) -> None:
+        """π_old of the sampled tokens: the engine's own sampling log-probs where they are exact for this update (the
+        rule: ``old_logprobs_reusable``), else a no-grad forward of the actor, with the entropy and the engine-vs-trainer
+        log-prob gap as metrics."""
+        tcfg = self.cfg.trainer
+        self._reused_old = old_logprobs_reusable(self.engine, ppo_epochs=tcfg.ppo_epochs,
+                                                 tis_cap=self.cfg.rollout.tis_cap) is None
+        metrics["rollout/old_logprobs_reused"] = float(self._reused_old)
+        if self._reused_old:  # actor/entropy then comes from the update's forward passes
+            batch.extra["old_logprobs"] = batch.rollout_logprobs * batch.loss_mask
+            return
         old, ent = [], []
-        n = len(batch)
-        for rows in micro_batches(list(range(n)), self.cfg.trainer.micro_batch_size):
-            sub = batch.rows(rows)
-            lp, e = self._forward_logprobs(sub, with_entropy=True)
-            old.append(_pad_to(lp, batch.input_ids.shape[1]))
+        for rows in self._micro_batches(batch, list(range(len(batch)))):
+            lp, e = self._forward_logprobs(batch.rows(rows), with_entropy=True)
+            old.append((rows, _pad_to(lp, batch.input_ids.shape[1])))
             ent.append(_pad_to(e, batch.input_ids.shape[1]))
-        batch.extra["old_logprobs"] = torch.cat(old)
+        batch.extra["old_logprobs"] = _in_row_order(old)
         mask = batch.loss_mask.bool()
-        entropy = torch.cat(ent)
+        entropy = _in_row_order(list(zip((r for r, _ in old), ent)))
         diff = (batch.extra["old_logprobs"] - batch.rollout_logprobs).abs()[mask]
         # over the global batch: sums and counts reduced across data-parallel ranks
         ent_sum, diff_sum, n = dp.all_reduce_sum([float(entropy[mask].sum()), float(diff.sum()), float(mask.sum())])
@@ -410,12 +440,14 @@ class Trainer:
             sums[key] = sums.get(key, 0.0) + value
             counts[key] = counts.get(key, 0.0) + weight
 
-        for _ in range(cfg.ppo_epochs):
+        # with reused old log-probs no forward pass has measured the entropy yet: the first epoch's passes do
+        entropy_metric = getattr(self, "_reused_old", False)
+        for epoch in range(cfg.ppo_epochs):
             for mini in split_rows(len(batch), n_minis, gen):
                 # every rank runs as many backward passes (ZeRO reduces gradients inside backward), at least one: a
                 # rank with fewer micro-batches (or no rows in this mini-batch) pads with a masked row, which adds no
                 # gradient and no statistic
-                parts = micro_batches(mini, cfg.micro_batch_size)
+                parts = self._micro_batches(batch, mini)
                 pad = max(1, *dp.all_gather_objects(len(parts))) - len(parts)
                 micros = [batch.rows(r) for r in parts] + [_masked(batch.rows([0])) for _ in range(pad)]
                 norm = global_norm([m.loss_mask for m in micros], length_norm)
@@ -433,7 +465,10 @@ class Trainer:
                     add("critic/vf_loss", vloss_total, share)
                 pg_total, ent_total, kl_total = 0.0, 0.0, 0.0
                 for m in micros:
-                    lp, ent = self._forward_logprobs(m, with_entropy=p.entropy_coef > 0)
+                    lp, ent = self._forward_logprobs(m, with_entropy=p.entropy_coef > 0 or entropy_metric,
+                                                     entropy_grad=p.entropy_coef > 0)
+                    if entropy_metric and epoch == 0:
+                        add("actor/entropy", float((ent.detach() * m.loss_mask).sum()), float(m.loss_mask.sum()))
                     adv = m.extra["advantages"]
                     if self.cfg.rollout.tis_cap > 0:  # truncated importance sampling for the train/rollout gap
                         adv = adv * tis_weights(m.extra["old_logprobs"], m.rollout_logprobs, m.loss_mask, self.cfg.rollout.tis_cap)
@@ -446,7 +481,7 @@ class Trainer:
                         kl = aggregate(kl_penalty(lp, m.extra["ref_logprobs"], p.kl_type), m.loss_mask, p.loss_agg_mode, norm)
                         loss = loss + p.kl_coef * kl
                         kl_total += float(kl.detach())
-                    if ent is not None:
+                    if p.entropy_coef > 0:
                         ent_agg = aggregate(ent, m.loss_mask, p.loss_agg_mode, norm)
                         loss = loss - p.entropy_coef * ent_agg
                         ent_total += float(ent_agg.detach())
@@ -524,6 +559,13 @@ def _masked(batch: Batch) -> Batch:
     """``batch`` with its loss mask zeroed."""
     batch.loss_mask = torch.zeros_like(batch.loss_mask)
     return batch
+
+
+def _in_row_order(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
+    """Per-micro-batch results (rows, tensor) put back in the batch's row order (token micro-batches sort rows)."""
+    rows = [r for idx, _ in parts for r in idx]
+    out = torch.cat([t for _, t in parts])
+    return out[torch.as_tensor(rows).argsort().to(out.device)]
 
 
 def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:

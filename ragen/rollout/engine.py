@@ -57,3 +57,20 @@ class RolloutEngine(Protocol):
     def sync_weights(self, model: Any) -> None:
         """Make the engine sample from ``model``'s current weights (HF: the same module, a no-op)."""
         ...
+
+
+def old_logprobs_reusable(engine: Any, *, ppo_epochs: int, tis_cap: float) -> str | None:
+    """Whether the trainer may take the engine's sampling log-probs as its old log-probs: None if so, else why not.
+
+    The rule: the engine says its log-probs are the trainer's own (``logprobs_exact``: ``HFEngine`` sampling from
+    the trainer's fp32 module, which has not moved since sampling), one PPO epoch, and no truncated importance
+    sampling (TIS weighs exactly the gap between the two, so it needs both). Otherwise (vLLM, bf16/fp16, the expert
+    engine, ppo_epochs > 1, TIS) the trainer recomputes them with a forward pass and reports the gap.
+    """
+    if not getattr(engine, "logprobs_exact", False):
+        return "the engine's log-probs are not the trainer's (another engine or a low-precision dtype)"
+    if ppo_epochs > 1:
+        return "several PPO epochs"
+    if tis_cap > 0:
+        return "truncated importance sampling needs the trainer's own log-probs"
+    return None

@@ -89,6 +89,12 @@ class HFEngine:
         self.pad_token_id = int(pad) if pad is not None else self._eos[0]
 
     @property
+    def logprobs_exact(self) -> bool:
+        """The sampling log-probs equal the trainer's forward on the same ids to fp32 rounding (about 1e-6): the
+        trainer's own module, in float32. In bf16/fp16 incremental decoding and a full forward differ visibly."""
+        return next(self.model.parameters()).dtype == torch.float32
+
+    @property
     def eos_token_ids(self) -> list[int]:
         return list(self._eos)
 
