@@ -8,7 +8,8 @@ the prompts, deltas, masks and parsing are the ones RL will use.
 from __future__ import annotations
 
 import random
-import time
+import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from ragen.losses import AggNorm, aggregate, token_logprobs
 from ragen.rollout import EnvGroups, GroupSpec, run_rollout
 from ragen.rollout.engine import Generation, SamplingParams
 from ragen.runlog import log
+from ragen.runlog import progress as progress_bar
 
 DEMO_SEED_BASE = 900_000  # disjoint from train (10000 + ...) and validation (123 + g) seeds
 
@@ -76,11 +78,12 @@ class ExpertEngine:
 
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,
-                 max_model_len: int, format_penalty: float = -0.1):
-    """Play ``episodes`` expert episodes (seeds from 900000) through the rollout loop; returns the trajectories."""
+                 max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE):
+    """Play ``episodes`` expert episodes (seeds from ``seed_base``, 900000) through the rollout loop; returns the
+    rollout result (trajectories and metrics)."""
     engine = ExpertEngine(tokenizer, chat_format.eos_id, chat_format.enable_think, noise=noise, seed=seed)
     groups = EnvGroups([GroupSpec(env_name, episodes, dict(options))], group_size=1, split="train")
-    groups.seed_of = lambda step, g: DEMO_SEED_BASE + g  # type: ignore[method-assign]
+    groups.seed_of = lambda step, g: seed_base + g  # type: ignore[method-assign]
     try:
         res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=0.0, seed=seed), max_model_len=max_model_len,
                           chat_format=chat_format, format_penalty=format_penalty)
@@ -90,7 +93,7 @@ def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes:
 
 
 def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_batch_size: int, seed: int,
-        chunk: int = 256, device: torch.device | None = None) -> dict:
+        chunk: int = 256, device: torch.device | None = None, progress: bool = False) -> dict:
     """Cross-entropy on the sampled (mask-1) tokens of ``trajectories``, one DeepSpeed step per mini-batch."""
     module = engine.module
     batch = collate(trajectories, tokenizer.pad_token_id, [0.0] * len(trajectories))
@@ -99,6 +102,8 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
     gen = torch.Generator().manual_seed(seed)
     losses = []
     module.train()
+    n_minis = max(1, round(len(batch) / batch_size)) if len(batch) else 0
+    bar = progress_bar(epochs * n_minis, 0, progress, desc="warm start", unit="update")
     for _ in range(epochs):
         for mini in mini_batches(len(batch), batch_size, gen):
             micros = [batch.rows(r) for r in micro_batches(mini, micro_batch_size)]
@@ -113,28 +118,62 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
                 total += float(loss.detach())
             engine.step()
             losses.append(total)
+            bar.update(1)
+            bar.set_postfix(loss=f"{total:.3f}")
+    bar.close()
     return {"sft/loss_first": losses[0] if losses else 0.0, "sft/loss_last": losses[-1] if losses else 0.0,
             "sft/updates": len(losses)}
 
 
-def warmstart(trainer) -> dict:
-    """``ragen run --warmstart``: SFT the trainer's actor on expert demos before RL (then reset its optimizer)."""
-    cfg, w = trainer.cfg, trainer.cfg.warmstart
-    t0 = time.perf_counter()
-    res = expert_demos(trainer.tokenizer, trainer._rollout.chat_format, cfg.env.name, dict(cfg.env.options), w.episodes,
-                       w.noise, cfg.trainer.seed, cfg.rollout.max_model_len, cfg.trainer.format_penalty)
-    opt = trainer.actor.optimizer
-    rl_lrs = [g["lr"] for g in opt.param_groups]
-    for g in opt.param_groups:
-        g["lr"] = w.lr
-    metrics = sft(trainer.actor, trainer.tokenizer, res.trajectories, epochs=w.epochs, batch_size=w.batch_size,
-                  micro_batch_size=cfg.trainer.micro_batch_size, seed=cfg.trainer.seed, chunk=cfg.trainer.logprob_chunk,
-                  device=trainer.device)
-    for g, lr in zip(opt.param_groups, rl_lrs, strict=True):
-        g["lr"] = lr
-    getattr(opt, "optimizer", opt).state.clear()  # RL starts with fresh Adam moments
-    trainer.engine.sync_weights(trainer.actor.module)
-    metrics.update({"sft/demo_success": res.metrics.get("success", 0.0), "sft/demos": len(res.trajectories),
-                    "timing/sft_s": time.perf_counter() - t0})
-    log.info("warmstart_done", **{k.split("/")[-1]: round(v, 4) for k, v in metrics.items()})
+class TorchOptimizer:
+    """The slice of a DeepSpeed engine ``sft`` uses (``module``, ``backward``, ``step``), on a plain AdamW.
+
+    The warm start runs before the run's DeepSpeed engines exist, on one process (rank 0 under a launcher), so it
+    needs no collective and no engine of its own; its weights are saved and the RL engines load them.
+    """
+
+    def __init__(self, module: torch.nn.Module, lr: float, weight_decay: float, grad_clip: float):
+        self.module, self.grad_clip = module, grad_clip
+        self.optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def warm_start_model(cfg, out, model_name: str | None = None) -> dict:
+    """Fine-tune ``cfg.model`` on ``cfg.warmstart.episodes`` expert demos of ``cfg.env`` and save it in ``out``.
+
+    The model is built (or loaded) exactly as a run builds it, trained in float32, and saved as a plain Hugging Face
+    folder with its tokenizer; returns the ``sft/*`` metrics. ``model_name`` replaces ``cfg.model.name`` (a folder the
+    caller already built).
+    """
+    from ragen.distributed import pick_device
+    from ragen.models import load_model_and_tokenizer
+    from ragen.rollout import ChatFormat
+    from ragen.rollout.runner import _parser_thinks
+
+    out, w = Path(out), cfg.warmstart
+    device = pick_device(cfg.trainer.device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(w.seed)
+        model, tokenizer = load_model_and_tokenizer(model_name or cfg.model.name, out / "model-source", [cfg.env.name], dtype="float32",
+                                                    device=str(device), attn_implementation=cfg.model.attn_implementation)
+        fmt = ChatFormat(tokenizer, enable_think=_parser_thinks(cfg.rollout.parser))
+        demos = expert_demos(tokenizer, fmt, cfg.env.name, dict(cfg.env.options), w.episodes, w.noise, w.seed,
+                             cfg.rollout.max_model_len, cfg.trainer.format_penalty)
+        opt = TorchOptimizer(model, lr=w.lr, weight_decay=cfg.trainer.weight_decay, grad_clip=cfg.trainer.grad_clip)
+        metrics = sft(opt, tokenizer, demos.trajectories, epochs=w.epochs, batch_size=w.batch_size,
+                      micro_batch_size=cfg.trainer.micro_batch_size, seed=w.seed, chunk=cfg.trainer.logprob_chunk,
+                      device=device, progress=cfg.logging.progress)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    shutil.rmtree(out / "model-source", ignore_errors=True)
+    metrics.update({"sft/demo_success": demos.metrics.get("success", 0.0), "sft/demos": float(len(demos.trajectories))})
+    log.info("warmstart_done", **{k.split("/")[-1]: round(float(v), 4) for k, v in metrics.items()})
     return metrics
