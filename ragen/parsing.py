@@ -1,4 +1,8 @@
-"""Response parsing (spec 1.4): pick the answer out of a response. Parsing never rewrites training tokens."""
+"""Response parsing (spec 1.4): pick the answer out of a response. Parsing never rewrites training tokens.
+
+Every scan here is linear in the response length: a policy can emit megabytes of repeated tags, and a lazy regex
+search restarted from every ``<think>`` was quadratic (2.3 s for ``'<think>' * 4000``).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,8 @@ import re
 
 import attrs
 
-_THINK_ANSWER = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# a literal-prefixed pattern: re tries it only at "</think>" and \s* cannot run past the next tag, so search is linear
+_CLOSE_THINK_ANSWER = re.compile(r"</think>\s*<answer>")
 _TAGS = re.compile(r"</?(?:think|answer)>")
 _SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>")  # chat special tokens such as <|im_end|>
 
@@ -25,15 +29,41 @@ def _clean(text: str) -> str:
     return _SPECIAL.sub("", _TAGS.sub("", text)).strip()
 
 
-def parse_response(response: str, enable_think: bool = True) -> Parsed:
-    """Parse ``"<think>" + response`` (the core prefills ``<think>``) or ``<answer>...</answer>`` alone."""
-    if enable_think:
-        text = response if response.lstrip().startswith("<think>") else "<think>" + response
-        m = _THINK_ANSWER.search(text)
-        if m is None:
-            return Parsed(False)
-        return Parsed(True, _clean(m.group(1)), _clean(m.group(2)))
-    m = _ANSWER.search(response)
+def _answer_after(text: str, start: int) -> tuple[int, int] | None:
+    """Span of the answer of the first ``<answer>`` at or after ``start`` that is closed by a ``</answer>``."""
+    open_at = text.find("<answer>", start)
+    if open_at < 0:
+        return None
+    close_at = text.find("</answer>", open_at + len("<answer>"))
+    return None if close_at < 0 else (open_at + len("<answer>"), close_at)
+
+
+def _think_answer(text: str) -> Parsed:
+    """What ``<think>(.*?)</think>\\s*<answer>(.*?)</answer>`` finds with ``re.search``, without its nested lazy
+    search: the first ``<think>``, then the first ``</think>`` after it that whitespace and an ``<answer>`` follow,
+    provided a ``</answer>`` closes that answer (a later candidate's ``<answer>`` lies further right, so if this one is
+    unclosed every later one is too)."""
+    start = text.find("<think>")
+    if start < 0:
+        return Parsed(False)
+    m = _CLOSE_THINK_ANSWER.search(text, start + len("<think>"))
     if m is None:
         return Parsed(False)
-    return Parsed(True, "", _clean(m.group(1)))
+    close_at = text.find("</answer>", m.end())
+    if close_at < 0:
+        return Parsed(False)
+    return Parsed(True, _clean(text[start + len("<think>"):m.start()]), _clean(text[m.end():close_at]))
+
+
+def parse_response(response: str, enable_think: bool = True) -> Parsed:
+    """Parse a response. With ``enable_think`` (the default) the text is ``"<think>" + response`` (the core prefills
+    ``<think>``) and must hold ``...</think>`` then ``<answer>...</answer>``; a lone ``<answer>...</answer>`` does NOT
+    match then (its prefilled ``<think>`` is never closed). Only with ``enable_think=False`` is the first closed
+    ``<answer>...</answer>`` alone enough."""
+    if enable_think:
+        text = response if response.lstrip().startswith("<think>") else "<think>" + response
+        return _think_answer(text)
+    span = _answer_after(response, 0)
+    if span is None:
+        return Parsed(False)
+    return Parsed(True, "", _clean(response[span[0]:span[1]]))
