@@ -38,7 +38,9 @@ def assemble(problem: Problem, code: str) -> str:
 
 
 def sandbox_tests(problem: Problem) -> list[dict[str, Any]]:
-    """What the sandbox gets: inputs and test code, never the expected outputs of stdio/functional tests."""
+    """What the checker gets (harness.py): stdio inputs and functional arguments, which it passes into the sandbox,
+    and assert code with the problem's prelude, which it runs itself outside the sandbox (the candidate's functions
+    become remote calls). Expected outputs of stdio/functional tests stay in the trainer."""
     out = []
     for t in problem.tests:
         if t["type"] == "stdio":
@@ -46,7 +48,7 @@ def sandbox_tests(problem: Problem) -> list[dict[str, Any]]:
         elif t["type"] == "functional":
             item = {"kind": "functional", "fn_name": t["fn_name"], "args": t["args"]}
         else:
-            item = {"kind": "assert", "code": t["code"]}
+            item = {"kind": "assert", "code": t["code"], "prelude": problem.prelude}
         if problem.time_limit_s:
             item["timeout_s"] = problem.time_limit_s
         out.append(item)

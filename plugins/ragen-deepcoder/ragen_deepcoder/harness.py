@@ -1,23 +1,25 @@
-"""The test harness that runs INSIDE the sandbox (never imported by the trainer; stdlib only, Python >= 3.8).
+"""The test harness (stdlib only, Python >= 3.8), in two roles that never share a process:
 
-Invocation: ``python -I -B harness.py DIR`` where ``DIR`` holds ``solution.py`` and ``tests.json``; the run nonce
-arrives on stdin. The harness compiles the solution once, then runs every test in a fresh forked child:
+``python -I -B harness.py check`` — the CHECKER, trusted, outside the sandbox. The trainer starts it with the run's
+spec on stdin (tests with their assert code, the problem's prelude, the sandbox's command line); it starts the
+sandbox, drives it test by test, computes every assert verdict itself and prints one JSON report on its stdout, which
+nothing in the sandbox can reach (own PID namespace: the checker is neither visible nor signalable from inside).
 
-* the child gets its own stdin (the test input), stdout (a pipe the harness reads, capped), stderr (/dev/null),
-  a CPU rlimit, a lower priority (nice 10), and a one-time token it must echo with its result, so exiting early
-  never reports a pass;
-* the harness waits at most the per-test wall timeout, then kills the child's process group and, inside the
-  sandbox's own PID namespace, every other process but itself (``kill(-1)``), so nothing a test spawned survives it.
+``python -I -B harness.py stub DIR`` — the STUB, untrusted, inside the sandbox (``DIR`` holds ``solution.py``). It
+compiles the solution once and, per test, forks a child that runs the program: stdio tests return the raw stdout,
+functional tests the return value, assert tests serve calls (``fn(*args)``) from the checker. Everything the stub
+and its children send is data the candidate could have chosen anyway (its output, its return values): the checker
+decodes it into plain built-in values (no objects with a forged ``__eq__``), and the verdicts come from comparisons
+made outside — stdio and functional ones by the trainer (``code.py``), assert ones by the checker running the test
+code with the candidate's functions replaced by remote calls. Expected outputs and assert code never enter the
+sandbox, there is no token or result record to forge, and a stub that stops answering only loses its remaining tests
+(the checker enforces every deadline and kills the sandbox).
 
-Expected outputs of stdio and functional tests are not in ``tests.json``: the harness returns raw outputs and
-return values, and the trainer compares them outside the sandbox. Assert tests (HumanEval) carry their checks in
-their code, so a deliberately adversarial program can fake those (documented in the README).
-
-Output: one JSON line on the original stdout, ``{"nonce", "syntax_error", "error", "results": [...]}``; each
-result has ``status`` in ok / error / timeout / output_limit / crashed / skipped, plus ``stdout`` (stdio),
-``value`` (functional), ``error`` and ``time_s``.
+Wire format: one JSON object per line. Values cross as tagged JSON (``_encode``/``_decode``): str, int, float, bool,
+None, and ``{"t": tag, "v": ...}`` for tuple, list, dict, set, frozenset, bytes, complex and non-finite floats.
 """
 
+import ast
 import builtins
 import io
 import json
@@ -26,21 +28,158 @@ import os
 import resource
 import select
 import signal
+import subprocess
 import sys
 import time
 
-TOKEN_BYTES = 16
-#: programs under test run at a lower priority than the harness, so a fork bomb cannot starve the harness (or host)
+#: programs under test run at a lower priority than the stub, so a fork bomb cannot starve it (or the host)
 CHILD_NICE = 10
+#: a test's wall timeout plus this is the checker's own deadline for the stub's answer
+GRACE_S = 2.0
+#: how deep a value may nest on the wire (deeper is an error, not a RecursionError)
+MAX_DEPTH = 100
 
 
+# ---- values on the wire ---------------------------------------------------------------------------------------------
+def _encode(value, depth=0):
+    """A JSON-ready, tagged form of a plain value; TypeError for anything else (objects, functions, generators)."""
+    if depth > MAX_DEPTH:
+        raise TypeError("value nested too deeply")
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"t": "float", "v": repr(value)}
+    if kind in (list, tuple, set, frozenset):
+        items = [_encode(v, depth + 1) for v in value]
+        return items if kind is list else {"t": kind.__name__, "v": items}
+    if kind is dict:
+        return {"t": "dict", "v": [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"t": "bytes", "v": value.hex()}
+    if kind is complex:
+        return {"t": "complex", "v": [_encode(value.real), _encode(value.imag)]}
+    raise TypeError(f"value of type {kind.__name__} cannot be passed (only plain built-in values)")
+
+
+_TAGS = {"tuple": tuple, "set": set, "frozenset": frozenset}
+
+
+def _decode(data, depth=0):
+    """The plain value ``data`` encodes; ValueError for anything malformed. Only built-in types come out."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [_decode(v, depth + 1) for v in data]
+    if type(data) is not dict or set(data) != {"t", "v"}:
+        raise ValueError("malformed value")
+    tag, raw = data["t"], data["v"]
+    if tag in _TAGS and type(raw) is list:
+        return _TAGS[tag](_decode(v, depth + 1) for v in raw)
+    if tag == "dict" and type(raw) is list and all(type(p) is list and len(p) == 2 for p in raw):
+        return {_decode(k, depth + 1): _decode(v, depth + 1) for k, v in raw}
+    if tag == "bytes" and type(raw) is str:
+        return bytes.fromhex(raw)
+    if tag == "complex" and type(raw) is list and len(raw) == 2:
+        return complex(float(_decode(raw[0], depth + 1)), float(_decode(raw[1], depth + 1)))
+    if tag == "float" and raw in ("nan", "inf", "-inf"):
+        return float(raw)
+    raise ValueError(f"malformed value tagged {str(tag)[:20]!r}")
+
+
+def _json_normal(value, depth=0):
+    """The JSON form the trainer compares functional results in: tuples -> lists, dict keys -> str; else TypeError."""
+    if depth > MAX_DEPTH:
+        raise TypeError("return value nested too deeply")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_normal(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _json_normal(v, depth + 1) for k, v in value.items()}
+    raise TypeError(f"return value of type {type(value).__name__} is not JSON-serializable")
+
+
+# ---- line channel ---------------------------------------------------------------------------------------------------
+class _Lines:
+    """JSON lines from a file descriptor, with a size cap per line and a deadline per read."""
+
+    def __init__(self, fd, limit):
+        self.fd, self.limit, self.buf, self.eof = fd, limit, b"", False
+
+    def read(self, deadline=None):
+        """The next line as bytes; None at end of file or past ``deadline`` (a monotonic time)."""
+        while b"\n" not in self.buf:
+            if self.eof:
+                return None
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    return None
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                self.eof = True
+                continue
+            self.buf += data
+            if len(self.buf) > self.limit and b"\n" not in self.buf:
+                self.buf = b""  # an over-long line: dropped (whatever follows its end is still read)
+                self._skip_to_newline(deadline)
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def _skip_to_newline(self, deadline):
+        while not self.eof:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    return
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                self.eof = True
+            elif b"\n" in data:
+                self.buf = data.split(b"\n", 1)[1]
+                return
+
+    def message(self, deadline=None):
+        """The next line that is a JSON object (other lines are skipped); None at end of file or deadline."""
+        while True:
+            line = self.read(deadline)
+            if line is None:
+                return None
+            try:
+                msg = json.loads(line.decode("utf-8", "replace"))
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(msg, dict):
+                return msg
+
+
+def _send(fd, obj):
+    _send_bytes(fd, json.dumps(obj) + "\n")
+
+
+def _send_bytes(fd, text):
+    view = memoryview(text.encode("utf-8"))
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _short(text, limit=500):
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# =====================================================================================================================
+# The stub: inside the sandbox, untrusted
+# =====================================================================================================================
 def _prctl_not_dumpable():
-    """Make /proc/<harness>/{mem,fd,environ} inaccessible to the (same-uid) programs under test."""
+    """Make /proc/<stub>/{mem,fd,environ} inaccessible to the (same-uid) programs under test."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
 
@@ -61,19 +200,6 @@ def _set_limit(name, value):
                 pass
 
 
-def _read_nonce():
-    """Read the nonce into a bytearray (no immutable copies), so children can wipe it before running code."""
-    buf = bytearray(256)
-    n = 0
-    while n < len(buf):
-        view = memoryview(buf)[n:]
-        got = os.readv(0, [view])
-        if got == 0:
-            break
-        n += got
-    return buf, n
-
-
 def _close_other_fds(keep):
     try:
         fds = [int(x) for x in os.listdir("/proc/self/fd")]
@@ -87,28 +213,21 @@ def _close_other_fds(keep):
                 pass
 
 
-def _short(text, limit=500):
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + "..."
+def _stdin_fd(text):
+    """A readable fd holding ``text``: an unlinked file in /tmp (memfd_create is denied by the seccomp filter)."""
+    if text is None:
+        return os.open("/dev/null", os.O_RDONLY)
+    path = f"/tmp/.stdin-{os.getpid()}-{time.monotonic_ns()}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.unlink(path)
+    view = memoryview(text.encode("utf-8"))
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, 0)
+    return fd
 
 
-def _normalize(value, depth=0):
-    """JSON-ready form of a return value: tuples -> lists; anything else JSON cannot hold raises TypeError."""
-    if depth > 100:
-        raise TypeError("return value nested too deeply")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_normalize(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {str(k) if not isinstance(k, str) else k: _normalize(v, depth + 1) for k, v in value.items()}
-    raise TypeError(f"return value of type {type(value).__name__} is not JSON-serializable")
-
-
-# ---- the child: runs the program under test -----------------------------------------------------------------------
-def _child(code, test, spec, out_w, res_w, tok_r, nonce):
-    for i in range(len(nonce)):  # the program must never see the run nonce
-        nonce[i] = 0
+def _child_setup(test, stdin_fd, out_fd, keep):
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -118,76 +237,93 @@ def _child(code, test, spec, out_w, res_w, tok_r, nonce):
         os.nice(CHILD_NICE)
     except OSError:
         pass
-    if test.get("input") is not None:
-        fd = os.memfd_create("stdin", 0) if hasattr(os, "memfd_create") else None
-        if fd is None:
-            r, w = os.pipe()
-            os.write(w, test["input"].encode("utf-8"))  # small inputs only on this fallback
-            os.close(w)
-            fd = r
-        else:
-            os.write(fd, test["input"].encode("utf-8"))
-            os.lseek(fd, 0, 0)
-    else:
-        fd = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(fd, 0)
-    os.dup2(out_w, 1)
-    null = os.open("/dev/null", os.O_WRONLY)
-    os.dup2(null, 2)
-    _close_other_fds({res_w, tok_r})
+    os.dup2(stdin_fd, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(os.open("/dev/null", os.O_WRONLY), 2)
+    _close_other_fds(keep)
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace")
-    result = {"status": "ok"}
-    kind = test["kind"]
+
+
+def _exec_solution(code, kind):
+    """Run the program; a SystemExit(0) of a stdio program is its normal end. Returns the namespace."""
     ns = {"__name__": "__main__" if kind == "stdio" else "solution", "__builtins__": builtins}
     try:
-        try:
-            exec(code, ns)
-        except SystemExit as e:
-            if kind != "stdio" or e.code not in (None, 0):
-                raise
-        if kind == "functional":
-            result["value"] = _call(ns, test)
-        elif kind == "assert":
-            exec(compile(test["code"], "<test>", "exec"), ns)
+        exec(code, ns)
     except SystemExit as e:
-        result = {"status": "error", "error": f"SystemExit({e.code!r}) before the test finished"}
+        if kind != "stdio" or e.code not in (None, 0):
+            raise
+    return ns
+
+
+def _error(e):
+    if isinstance(e, SystemExit):
+        return {"status": "error", "error": f"SystemExit({e.code!r}) before the test finished"}
+    return {"status": "error", "error": _short(f"{type(e).__name__}: {e}"), "exc": type(e).__name__}
+
+
+def _resolve(ns, name):
+    cls = ns.get("Solution")
+    if isinstance(cls, type) and hasattr(cls, name):
+        return getattr(cls(), name)
+    if callable(ns.get(name)):
+        return ns[name]
+    raise NameError(f"no function {name!r} (nor Solution.{name}) defined")
+
+
+def _child_data(code, test, res_w):
+    """stdio / functional: run, then send what happened (untrusted data) to the stub on a private pipe."""
+    result = {"status": "ok"}
+    try:
+        ns = _exec_solution(code, test["kind"])
+        if test["kind"] == "functional":
+            result["value"] = _encode(_resolve(ns, test["fn_name"])(*_decode(test["args"])))
     except BaseException as e:  # noqa: B902 - everything the program raises is a test failure
-        result = {"status": "error", "error": _short(f"{type(e).__name__}: {e}")}
+        result = _error(e)
     try:
         sys.stdout.flush()
     except BaseException:
         pass
-    token = ""
     try:
-        token = os.read(tok_r, 64).decode("ascii", "replace")
-        result["token"] = token
-        data = json.dumps(result, allow_nan=True).encode("utf-8")
-    except BaseException as e:
-        data = json.dumps({"status": "error", "error": _short(f"result: {e}"), "token": token}).encode("utf-8")
-    if len(data) > spec["output_limit"] + 4096:
-        data = json.dumps({"status": "output_limit", "error": "return value too large", "token": token}).encode()
-    view = memoryview(data)
-    while view:
-        view = view[os.write(res_w, view):]
+        data = json.dumps(result)
+    except BaseException as e:  # noqa: B902 - e.g. an int too large to print
+        data = json.dumps({"status": "error", "error": _short(f"result: {type(e).__name__}: {e}")})
+    if len(data) > test["output_limit"] + 4096:
+        data = json.dumps({"status": "output_limit", "error": "return value too large"})
+    _send_bytes(res_w, data + "\n")
+
+
+def _child_calls(code, test, lines, msg_out):
+    """assert: run the program, then answer the checker's calls (on the stub's line reader) until ``end``."""
+    try:
+        ns = _exec_solution(code, "assert")
+    except BaseException as e:  # noqa: B902
+        _send(msg_out, dict(_error(e), i=test["i"], call=None))
+        return
+    lines.limit = test["line_limit"]
+    while True:
+        msg = lines.message()
+        if msg is None or msg.get("op") != "call":
+            return
+        reply = {"i": test["i"], "call": msg.get("call")}
+        try:
+            reply["value"] = _encode(_resolve(ns, msg["name"])(*_decode(msg["args"])))
+        except BaseException as e:  # noqa: B902
+            reply.update(_error(e))
+        _send(msg_out, reply)
+
+
+def _child(code, test, fds, lines):
+    keep = {fds["res_w"]} if test["kind"] != "assert" else {fds["cmd_in"], fds["msg_out"]}
+    _child_setup(test, fds["stdin"], fds["out_w"], keep)
+    if test["kind"] == "assert":
+        _child_calls(code, test, lines, fds["msg_out"])
+    else:
+        _child_data(code, test, fds["res_w"])
     os._exit(0)
 
 
-def _call(ns, test):
-    name = test["fn_name"]
-    cls = ns.get("Solution")
-    if isinstance(cls, type) and hasattr(cls, name):
-        fn = getattr(cls(), name)
-    elif callable(ns.get(name)):
-        fn = ns[name]
-    else:
-        raise NameError(f"no function {name!r} (nor Solution.{name}) defined")
-    value = fn(*test.get("args", []))
-    return _normalize(value)
-
-
-# ---- the parent: one child per test ------------------------------------------------------------------------------
 def _kill_all(pid, own_pidns):
     for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
         try:
@@ -202,31 +338,34 @@ def _kill_all(pid, own_pidns):
             pass
 
 
-def _run_one(code, test, spec, nonce, wall_s):
-    test = dict(test, cpu_s=math.ceil(wall_s) + 1)  # CPU rlimit = wall timeout + 1 s
+def _stub_run_one(code, test, config, lines, msg_out):
+    """Fork one child for ``test``; wait for it (collecting stdout and its result) up to the test's wall time."""
+    limit = config["output_limit"]
     out_r, out_w = os.pipe()
     res_r, res_w = os.pipe()
-    tok_r, tok_w = os.pipe()
-    token = os.urandom(TOKEN_BYTES).hex()
+    try:
+        stdin = _stdin_fd(test.get("input"))
+    except OSError as e:
+        return {"status": "error", "error": _short(f"could not prepare stdin: {e}")}
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
         try:
-            os.close(out_r), os.close(res_r), os.close(tok_w)
-            _child(code, test, spec, out_w, res_w, tok_r, nonce)
+            fds = {"stdin": stdin, "out_w": out_w, "res_w": res_w, "cmd_in": lines.fd, "msg_out": msg_out}
+            _child(code, test, fds, lines)
         finally:
             os._exit(70)
-    for fd in (out_w, res_w, tok_r):
+    if test["kind"] == "assert":
+        lines.buf = b""  # calls the checker sent right behind the test command belong to the child (its copy)
+    for fd in (out_w, res_w, stdin):
         os.close(fd)
-    os.write(tok_w, token.encode("ascii"))
-    os.close(tok_w)
     child = _Child(pid)
-    out, res, status = _collect(child, out_r, res_r, spec["output_limit"], t0 + wall_s)
-    _kill_all(pid, spec.get("own_pidns", False))
+    out, res, status = _collect(child, out_r, res_r, limit, t0 + float(test["wall_s"]))
+    _kill_all(pid, config.get("own_pidns", False))
     exit_status = child.reap()
     for fd in (out_r, res_r):
         os.close(fd)
-    return _outcome(test, out, res, status, exit_status, token, time.monotonic() - t0)
+    return _outcome(test, out, res, status, exit_status, time.monotonic() - t0)
 
 
 class _Child:
@@ -307,19 +446,20 @@ def _read_into(fd, chunks, sizes, limit):
     return True
 
 
-def _outcome(test, out, res, status, exit_status, token, elapsed):
+def _outcome(test, out, res, status, exit_status, elapsed):
     base = {"time_s": round(elapsed, 4)}
     if status == "timeout":
         return dict(base, status="timeout", error="wall-clock timeout")
     if status == "output_limit":
         return dict(base, status="output_limit", error="output exceeded the limit")
+    if test["kind"] == "assert":  # the verdict is the checker's; this only says how the child ended
+        return dict(base, status="ok" if exit_status == 0 else "crashed", error=_describe_exit(exit_status))
     try:
         result = json.loads(res.decode("utf-8", "replace")) if res else None
-    except ValueError:
+    except (ValueError, RecursionError):
         result = None
-    if not isinstance(result, dict) or result.get("token") != token:
+    if not isinstance(result, dict):
         return dict(base, status="crashed", error=_describe_exit(exit_status))
-    result.pop("token", None)
     result.update(base)
     if test["kind"] == "stdio":
         result["stdout"] = out.decode("utf-8", "replace")
@@ -341,48 +481,290 @@ def _describe_exit(st):
     return f"the program exited (status {os.WEXITSTATUS(st)}) before reporting a result"
 
 
-def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else "/sandbox"
-    nonce, n = _read_nonce()
-    null = os.open("/dev/null", os.O_RDONLY)
-    os.dup2(null, 0)
-    out_fd = os.dup(1)  # our report channel; children never inherit it (closed in _close_other_fds)
-    os.dup2(os.open("/dev/null", os.O_WRONLY), 1)
+def stub_main(root):
+    cmd_in, msg_out = os.dup(0), os.dup(1)  # the channel to the checker; fds 0-2 become /dev/null
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
     _prctl_not_dumpable()
-    with open(os.path.join(root, "tests.json"), encoding="utf-8") as f:
-        spec = json.load(f)
-    limits = spec.get("limits", {})
-    _set_limit("RLIMIT_AS", limits.get("as"))
-    _set_limit("RLIMIT_FSIZE", limits.get("fsize"))
-    _set_limit("RLIMIT_NPROC", limits.get("nproc"))
+    lines = _Lines(cmd_in, 64 << 20)
+    config = lines.message() or {}
+    limits = config.get("limits", {})
+    for name, key in (("RLIMIT_AS", "as"), ("RLIMIT_FSIZE", "fsize"), ("RLIMIT_NPROC", "nproc")):
+        _set_limit(name, limits.get(key))
     _set_limit("RLIMIT_CORE", 0)
-    spec["own_pidns"] = bool(spec.get("own_pidns")) and os.getpid() <= 3
-    report = {"syntax_error": False, "error": None, "results": []}
+    config["own_pidns"] = bool(config.get("own_pidns")) and os.getpid() <= 3
     with open(os.path.join(root, "solution.py"), encoding="utf-8", errors="replace") as f:
         source = f.read()
     try:
         code = compile(source, "solution.py", "exec")
     except BaseException as e:  # SyntaxError, ValueError (null bytes), MemoryError, RecursionError
-        code = None
-        report["syntax_error"] = True
-        report["error"] = _short(f"{type(e).__name__}: {e}")
+        _send(msg_out, {"syntax_error": _short(f"{type(e).__name__}: {e}")})
+        return
+    _send(msg_out, {"ready": True})
+    while True:
+        test = lines.message()
+        if test is None:
+            return
+        if test.get("op") != "test":  # a call the child did not live to read
+            continue
+        result = _stub_run_one(code, test, config, lines, msg_out)
+        os.write(msg_out, b"\n")  # ends any line a killed child left unfinished
+        _send(msg_out, dict(result, i=test["i"], done=True))
+
+
+# =====================================================================================================================
+# The checker: outside the sandbox, trusted
+# =====================================================================================================================
+class SandboxGone(Exception):
+    """The stub stopped answering (killed, frozen or lying): this and every later test fail."""
+
+    def __init__(self, message, status="crashed"):
+        super().__init__(message)
+        self.status = status  #: of the test it happened in
+
+
+class _Remote:
+    """A function of the candidate's, called in the sandbox: arguments and the result cross as plain values."""
+
+    def __init__(self, session, name):
+        self.session, self.name = session, name
+
+    def __call__(self, *args):
+        return self.session.call(self.name, args)
+
+
+def _remote_exception(reply):
+    """The built-in exception class the candidate's call raised (so ``pytest.raises``-style tests work)."""
+    cls = getattr(builtins, str(reply.get("exc")), None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls = RuntimeError
+    return cls(_short(reply.get("error") or "the call failed"))
+
+
+def _free_names(code, defined):
+    """Names the test code reads but neither assigns nor gets from the prelude or builtins: the candidate's."""
+    tree = ast.parse(code)
+    stored, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stored.add(node.name)
+        elif isinstance(node, ast.alias):
+            stored.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            stored.add(node.arg)
+    return sorted(n for n in loaded - stored if n not in defined and not hasattr(builtins, n))
+
+
+class _Session:
+    """One sandbox driven by the checker: a test at a time, every read under a deadline."""
+
+    def __init__(self, proc, line_limit):
+        self.proc = proc
+        self.lines = _Lines(proc.stdout.fileno(), line_limit)
+        self.test_i, self.deadline, self.calls = None, None, 0
+        self.startup_error = None  #: the program raised before serving calls (this test)
+
+    def send(self, obj):
+        try:
+            _send(self.proc.stdin.fileno(), obj)
+        except OSError as e:
+            raise SandboxGone(f"the sandbox closed its input ({e.strerror})") from None
+
+    def receive(self, deadline):
+        msg = self.lines.message(deadline)
+        if msg is None:
+            if self.lines.eof:
+                raise SandboxGone("the sandbox ended early")
+            raise SandboxGone("wall-clock timeout (the sandbox stopped answering)", status="timeout")
+        return msg
+
+    def call(self, name, args):
+        self.calls += 1
+        call = self.calls
+        self.send({"op": "call", "call": call, "name": name, "args": _encode(list(args))})
+        while True:
+            msg = self.receive(self.deadline)
+            if msg.get("i") != self.test_i:
+                continue
+            if msg.get("done"):  # the child ended (or something claims it did): no answer is coming
+                raise _TestOver(msg)
+            if msg.get("call") not in (call, None):
+                continue
+            if msg.get("call") is None and msg.get("status") == "error":
+                self.startup_error = _short(msg.get("error") or "the program failed")
+            if msg.get("status") == "error":
+                raise _remote_exception(msg)
+            try:
+                return _decode(msg.get("value"))
+            except (ValueError, TypeError, RecursionError, OverflowError) as e:
+                raise TypeError(f"unreadable return value: {e}") from None
+
+    def wait_done(self, deadline):
+        while True:
+            msg = self.receive(deadline)
+            if msg.get("i") != self.test_i:
+                continue
+            if msg.get("done"):
+                return msg
+            if msg.get("call", 0) is None and msg.get("status") == "error":
+                self.startup_error = _short(msg.get("error") or "the program failed")
+
+
+class _TestOver(Exception):
+    def __init__(self, done):
+        super().__init__("the program ended before the test finished")
+        self.done = done
+
+
+def _assert_test(session, test, prelude_ns, t0):
+    """Run the (trusted) test code here, the candidate's functions as remote calls; ok iff it raises nothing."""
+    ns = dict(prelude_ns)
+    for name in _free_names(test["code"], ns):
+        ns[name] = _Remote(session, name)
+    try:
+        exec(compile(test["code"], "<test>", "exec"), ns)
+        verdict = {"status": "ok"}
+    except _TestOver as over:
+        return dict(_done_error(over.done), time_s=round(time.monotonic() - t0, 4))
+    except SandboxGone:
+        raise
+    except BaseException as e:  # noqa: B902 - an AssertionError, or what the candidate's calls raised
+        verdict = {"status": "error", "error": _short(f"{type(e).__name__}: {e}")}
+    session.send({"op": "end"})
+    done = session.wait_done(session.deadline)
+    if session.startup_error and verdict["status"] == "ok":  # the program itself failed before any call
+        verdict = {"status": "error", "error": session.startup_error}
+    elif done.get("status") in ("timeout", "output_limit"):
+        verdict = _done_error(done)
+    return dict(verdict, time_s=round(time.monotonic() - t0, 4))
+
+
+def _done_error(done):
+    status = done.get("status")
+    if status in ("timeout", "output_limit"):
+        return {"status": status, "error": _short(done.get("error") or status)}
+    return {"status": "error", "error": _short(done.get("error") or "the program ended before the test finished")}
+
+
+def _data_test(session, test, t0):
+    """stdio / functional: the stub's report of the raw output or return value (compared later by the trainer)."""
+    done = session.wait_done(session.deadline)
+    result = {"status": str(done.get("status")), "time_s": round(time.monotonic() - t0, 4)}
+    if test["kind"] == "stdio" and "stdout" in done:
+        result["stdout"] = done["stdout"] if isinstance(done["stdout"], str) else ""
+    if result["status"] != "ok":
+        result["error"] = _short(done.get("error") or "")
+        return result
+    if test["kind"] == "stdio":
+        return result
+    try:
+        result["value"] = _json_normal(_decode(done.get("value")))
+    except (ValueError, TypeError, RecursionError, OverflowError) as e:
+        result = {"status": "error", "error": _short(f"return value: {e}"), "time_s": result["time_s"]}
+    return result
+
+
+def _run_test(session, i, test, spec, preludes, wall):
+    t0 = time.monotonic()
+    session.test_i, session.deadline, session.startup_error = i, t0 + wall + GRACE_S, None
+    msg = {"op": "test", "i": i, "kind": test["kind"], "wall_s": wall, "cpu_s": math.ceil(wall) + 1,
+           "line_limit": spec["line_limit"], "output_limit": spec["output_limit"]}
+    if test["kind"] == "stdio":
+        msg["input"] = test.get("input")
+    elif test["kind"] == "functional":
+        msg.update(fn_name=test["fn_name"], args=_encode(list(test.get("args", []))))
+    session.send(msg)
+    if test["kind"] == "assert":
+        prelude = test.get("prelude") or ""
+        if prelude not in preludes:
+            preludes[prelude] = _prelude_namespace(prelude)
+        return _assert_test(session, test, preludes[prelude], t0)
+    return _data_test(session, test, t0)
+
+
+def _prelude_namespace(prelude):
+    ns = {"__name__": "checker", "__builtins__": builtins}
+    if prelude:
+        exec(compile(prelude, "<prelude>", "exec"), ns)
+    return ns
+
+
+def _start(spec):
+    err = open(os.devnull, "wb") if not spec.get("stderr_path") else open(spec["stderr_path"], "wb")
+    proc = subprocess.Popen(
+        spec["sandbox"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        pass_fds=tuple(spec.get("pass_fds", ())),
+        cwd=spec.get("cwd") or "/",
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    err.close()
+    return proc
+
+
+def _run_all(spec, report):
+    preludes = {}  # prelude source -> its namespace (trusted code: the problem's imports and helpers)
+    proc = _start(spec)
+    session = _Session(proc, spec["line_limit"])
     deadline = time.monotonic() + float(spec["run_s"])
-    for test in spec["tests"]:
-        if code is None:
-            report["results"].append({"status": "error", "error": report["error"], "time_s": 0.0})
-            continue
-        left = deadline - time.monotonic()
-        if left <= 0.05:
-            report["results"].append({"status": "skipped", "error": "run time limit reached", "time_s": 0.0})
-            continue
-        wall = min(float(test.get("timeout_s", spec["timeout_s"])), left)
-        report["results"].append(_run_one(code, test, spec, nonce, wall))
-    report["nonce"] = bytes(nonce[:n]).decode("ascii", "replace").strip()
-    data = (json.dumps(report) + "\n").encode("utf-8")
-    view = memoryview(data)
-    while view:
-        view = view[os.write(out_fd, view):]
+    try:
+        session.send({"limits": spec["limits"], "output_limit": spec["output_limit"], "own_pidns": spec["own_pidns"]})
+        first = session.receive(time.monotonic() + float(spec.get("start_s", 30)))
+        if "syntax_error" in first:
+            report["syntax_error"], report["error"] = True, _short(first["syntax_error"])
+            report["results"] = [{"status": "error", "error": report["error"], "time_s": 0.0}] * len(spec["tests"])
+            return
+        for i, test in enumerate(spec["tests"]):
+            left = deadline - time.monotonic()
+            if left <= 0.05:
+                report["results"].append({"status": "skipped", "error": "run time limit reached", "time_s": 0.0})
+                continue
+            wall = min(float(test.get("timeout_s", spec["timeout_s"])), left)
+            report["results"].append(_run_test(session, i, test, spec, preludes, wall))
+    except SandboxGone as e:
+        if not report["results"] and len(spec["tests"]) and report["error"] is None:
+            report["error"] = str(e)
+        n = len(spec["tests"]) - len(report["results"])
+        if n:
+            report["results"].append({"status": e.status, "error": str(e), "time_s": 0.0})
+        report["results"] += [{"status": "crashed", "error": "the sandbox was stopped", "time_s": 0.0}] * (n - 1)
+    finally:
+        _stop(proc)
+
+
+def _stop(proc):
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            pipe.close()
+        except OSError:
+            pass
+    try:
+        proc.kill()  # bwrap --die-with-parent and its PID namespace take every sandboxed process with it
+    except OSError:
+        pass
+    proc.wait()
+
+
+def check_main():
+    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    out = os.dup(1)  # the report channel: the sandbox never gets it
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    report = {"syntax_error": False, "error": None, "results": []}
+    try:
+        _run_all(spec, report)
+    except OSError as e:
+        report["error"] = _short(f"the sandbox could not start: {e}")
+    report["results"] = report["results"][: len(spec["tests"])]
+    _send(out, report)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["check"]:
+        check_main()
+    else:
+        stub_main(sys.argv[2] if len(sys.argv) > 2 else "/sandbox")

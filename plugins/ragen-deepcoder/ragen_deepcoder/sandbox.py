@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import secrets
 import shutil
 import stat
 import subprocess
@@ -155,6 +154,8 @@ class Runner:
             "timeout_s": self.limits.timeout_s,
             "run_s": run_s,
             "output_limit": self.limits.output_bytes,
+            # a JSON-escaped stdout may be 6x its size: lines longer than this are dropped as garbage
+            "line_limit": 8 * self.limits.output_bytes + (1 << 16),
             "own_pidns": self.isolated,
             "limits": {
                 "as": self.limits.memory_mb << 20,
@@ -162,19 +163,14 @@ class Runner:
                 "nproc": self.limits.processes,
             },
         }
-        nonce = secrets.token_hex(16)
-        files = {
-            "harness.py": _harness_source(),
-            "solution.py": solution.encode("utf-8", "replace"),
-            "tests.json": json.dumps(spec).encode("utf-8"),
-        }
-        return self._launch(files, nonce, run_s + 10.0)  # a safety net: the harness keeps its own deadlines
+        files = {"harness.py": _harness_source(), "solution.py": solution.encode("utf-8", "replace")}
+        return self._launch(files, spec, run_s + 10.0)  # a safety net: the checker keeps its own deadlines
 
-    def _launch(self, files: dict[str, bytes], nonce: str, kill_after_s: float) -> RunResult:
+    def _launch(self, files: dict[str, bytes], spec: dict[str, Any], kill_after_s: float) -> RunResult:
         raise NotImplementedError
 
     def _prlimit(self) -> list[str]:
-        """Outer rlimits applied before exec (also set again inside by the harness)."""
+        """Outer rlimits of the sandbox, applied before exec (also set again inside by the stub)."""
         exe = shutil.which("prlimit")
         if exe is None:
             return []
@@ -189,25 +185,26 @@ class Runner:
             "--",
         ]
 
-    def _exec(self, cmd: list[str], nonce: str, kill_after_s: float, pass_fds=(), cwd: str = "/") -> RunResult:
+    def _check(self, checker: list[str], spec: dict[str, Any], kill_after_s: float, pass_fds=()) -> RunResult:
+        """Run the checker (``harness.py check``, outside the sandbox) on ``spec``; its report is the result."""
         kwargs: dict[str, Any] = {}
         if os.geteuid() == 0:  # never run model code as root: drop before exec (bwrap then maps 65534 -> 65534)
             kwargs.update(user=NOBODY, group=NOBODY, extra_groups=[])
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            cmd,
+            [self.python, "-I", "-B", *checker, "check"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True,  # its process group (checker, prlimit, bwrap) is what a run timeout kills
             pass_fds=tuple(pass_fds),
-            cwd=cwd,
+            cwd="/",
             env={"PATH": "/usr/bin:/bin"},
             close_fds=True,
             **kwargs,
         )
         try:
-            out, err = proc.communicate(input=(nonce + "\n").encode(), timeout=kill_after_s)
+            out, err = proc.communicate(input=json.dumps(spec).encode(), timeout=kill_after_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, err = proc.communicate()
@@ -215,7 +212,7 @@ class Runner:
             return RunResult([], error=why, wall_s=time.monotonic() - t0)
         finally:
             _kill_group(proc)  # nothing of this run may outlive it
-        return _parse_report(out, err, nonce, proc.returncode, time.monotonic() - t0)
+        return _parse_report(out, err, proc.returncode, time.monotonic() - t0)
 
 
 @functools.cache
@@ -230,17 +227,25 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _parse_report(out: bytes, err: bytes, nonce: str, rc: int | None, wall_s: float) -> RunResult:
-    for line in reversed(out.decode("utf-8", "replace").splitlines()):
-        try:
-            report = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(report, dict) and report.get("nonce") == nonce and isinstance(report.get("results"), list):
-            return RunResult(report["results"], bool(report.get("syntax_error")), report.get("error"), wall_s)
-    detail = err.decode("utf-8", "replace").strip().splitlines()
-    why = detail[-1][:300] if detail else f"exit status {rc}"
+def _parse_report(out: bytes, err: bytes, rc: int | None, wall_s: float) -> RunResult:
+    """The checker's report: the last JSON line of its stdout (nothing in the sandbox can write there)."""
+    lines = out.decode("utf-8", "replace").splitlines()
+    try:
+        report = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        report = None
+    if isinstance(report, dict) and isinstance(report.get("results"), list):
+        error = report.get("error")
+        if error and not report["results"]:
+            error = f"the sandbox produced no result ({_last_line(err) or error})"
+        return RunResult(report["results"], bool(report.get("syntax_error")), error, wall_s)
+    why = _last_line(err) or f"exit status {rc}"
     return RunResult([], error=f"the sandbox produced no result ({why})", wall_s=wall_s)
+
+
+def _last_line(err: bytes) -> str:
+    lines = err.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1][:300] if lines else ""
 
 
 @attrs.define
@@ -275,7 +280,7 @@ class BwrapRunner(Runner):
         if info_fd is not None:
             cmd += ["--info-fd", str(info_fd)]
         cmd += ["--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
-        cmd += ["--", self.python, "-I", "-B", "/sandbox/harness.py", "/sandbox"]
+        cmd += ["--", self.python, "-I", "-B", "/sandbox/harness.py", "stub", "/sandbox"]
         return cmd
 
     def _python_binds(self) -> list[str]:
@@ -285,12 +290,14 @@ class BwrapRunner(Runner):
         prefix = real.parent.parent  # <prefix>/bin/python3.x -> <prefix>
         return ["--ro-bind", str(prefix), str(prefix)]
 
-    def _launch(self, files: dict[str, bytes], nonce: str, kill_after_s: float) -> RunResult:
+    def _launch(self, files: dict[str, bytes], spec: dict[str, Any], kill_after_s: float) -> RunResult:
         fds = {name: _memfd(name, data) for name, data in files.items()}
         info_r, info_w = os.pipe()
         try:
-            cmd = self._prlimit() + self.command(fds, info_fd=info_w)
-            result = self._exec(cmd, nonce, kill_after_s, pass_fds=[*fds.values(), info_w])
+            spec = dict(spec, sandbox=self._prlimit() + self.command(fds, info_fd=info_w))
+            spec["pass_fds"] = [*fds.values(), info_w]
+            checker = [f"/proc/self/fd/{fds['harness.py']}"]
+            result = self._check(checker, spec, kill_after_s, pass_fds=spec["pass_fds"])
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -360,7 +367,7 @@ class UnsafeRunner(Runner):
 
     isolated = False
 
-    def _launch(self, files: dict[str, bytes], nonce: str, kill_after_s: float) -> RunResult:
+    def _launch(self, files: dict[str, bytes], spec: dict[str, Any], kill_after_s: float) -> RunResult:
         with tempfile.TemporaryDirectory(prefix="ragen-deepcoder-") as tmp:
             os.chmod(tmp, 0o755)
             for name, data in files.items():
@@ -369,8 +376,9 @@ class UnsafeRunner(Runner):
             work = Path(tmp, "work")
             work.mkdir()
             os.chmod(work, 0o777)
-            cmd = self._prlimit() + [self.python, "-I", "-B", str(Path(tmp, "harness.py")), tmp]
-            return self._exec(cmd, nonce, kill_after_s, cwd=str(work))
+            harness = str(Path(tmp, "harness.py"))
+            spec = dict(spec, sandbox=self._prlimit() + [self.python, "-I", "-B", harness, "stub", tmp], cwd=str(work))
+            return self._check([harness], spec, kill_after_s)
 
 
 def make_runner(python: str, limits: Limits, unsafe_no_sandbox: bool) -> Runner:

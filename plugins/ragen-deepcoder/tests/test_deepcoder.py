@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import re
+import runpy
 import socket
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import ragen
 from ragen.checker import check_env
 from ragen.episode import Episode
 
+FAMILY = runpy.run_path(os.path.join(os.path.dirname(__file__), "forgery.py"))["FAMILY"]
 VARIANTS = ["deepcoder", "deepcoder-hf", "deepcoder-jsonl"]
 OFFLINE_VARIANTS = ["deepcoder", "deepcoder-jsonl"]
 PYTHON = sb.default_python()
@@ -457,8 +459,87 @@ def test_all_164_canonical_humaneval_solutions_pass_in_the_sandbox():
     assert elapsed < 300, f"164 problems took {elapsed:.1f} s"
 
 
+def forgery_scores(problems, workers=4):
+    """(attack, task_id, passed, total) for every attack of the forging family on every problem."""
+    run = runner(timeout_s=4.0)
+
+    def score(job):
+        name, p = job
+        ok = grade(p, run.run(assemble(p, FAMILY[name]), sandbox_tests(p)).results)
+        return name, p.task_id, sum(ok), len(ok)
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(score, [(name, p) for name in FAMILY for p in problems]))
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+@pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"needs a working bubblewrap: {BWRAP_PROBLEM}")
+def test_forging_family_scores_zero_on_all_164_humaneval_problems():
+    """Issue 16: a generic forger scored 1.0 on 20/20 problems (token read from an inherited pipe, a success record
+    written to the result pipe, exit 0). Every attack of the family must pass no test of any problem."""
+    t0 = time.monotonic()
+    scores = forgery_scores(humaneval_problems())
+    passing = [s for s in scores if s[2]]
+    print(f"forging family: {len(FAMILY)} attacks x 164 problems = {len(scores)} runs, "
+          f"{sum(s[3] for s in scores)} tests, {sum(s[2] for s in scores)} passed, {time.monotonic() - t0:.0f} s")
+    assert len(scores) == 164 * len(FAMILY) and not passing, passing[:10]
+
+
+def test_wire_values_decode_to_plain_builtins_only():
+    from ragen_deepcoder import harness
+
+    value = [1, 2.5, "s", None, True, (1, [2]), {1: "a", "k": (2,)}, {3}, frozenset({4}), b"\x00", 1 + 2j,
+             float("inf"), 10 ** 40]
+    assert harness._decode(json.loads(json.dumps(harness._encode(value)))) == value
+    decoded = harness._decode(harness._encode((1, 2)))
+    assert type(decoded) is tuple and decoded == (1, 2)
+    for bad in ({"t": "tuple"}, {"t": "object", "v": []}, {"t": "float", "v": "1e999999"}, {"t": "dict", "v": [1]}):
+        with pytest.raises(ValueError):
+            harness._decode(bad)
+    deep = []
+    for _ in range(500):
+        deep = [deep]
+    with pytest.raises(ValueError):
+        harness._decode(deep)
+
+    class Liar(int):
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(TypeError):  # subclasses (a forged __eq__) never cross, nor do arbitrary objects
+        harness._encode(Liar(3))
+    with pytest.raises(TypeError):
+        harness._encode(object())
+
+
+def test_free_names_are_the_candidates_functions():
+    from ragen_deepcoder.harness import _free_names
+
+    code = "import math\nx = [1]\ncandidate = f\nfor i in x:\n    assert candidate(i) == g(math.pi) + len(x) + poly(1)"
+    assert _free_names(code, {"poly": None}) == ["f", "g"]
+
+
 class TestSandboxed:
     pytestmark = needs_bwrap
+
+    def test_forging_family_scores_zero(self):
+        """Every attack of the family on a few HumanEval problems and every example (stdio, functional, assert)."""
+        problems = [*humaneval_problems()[:3], humaneval_problems()[32], *load_jsonl(EXAMPLE_JSONL)]
+        scores = forgery_scores(problems)
+        assert len(scores) == len(problems) * len(FAMILY) and not [s for s in scores if s[2]]
+
+    def test_assert_verdicts_use_the_checkers_prelude_and_plain_values(self):
+        """find_zero's test calls poly(): the checker's own copy (from the prompt), not one the program redefines;
+        an object whose __eq__ is always true does not cross the wire."""
+        p = humaneval_problems()[32]
+        cheat = "def poly(xs, x):\n    return 0\ndef find_zero(xs):\n    return 0.0"
+        assert sum(grade(p, runner().run(assemble(p, cheat), sandbox_tests(p)).results)) == 0
+        p = humaneval_problems()[0]
+        liar = ("class Always:\n    def __eq__(self, other):\n        return True\n"
+                "def has_close_elements(numbers, threshold):\n    return Always()")
+        res = runner().run(assemble(p, liar), sandbox_tests(p))
+        assert sum(grade(p, res.results)) == 0 and "cannot be passed" in res.results[0]["error"]
 
     def test_wrong_solution_scores_below_one(self):
         env = ragen.make_env("deepcoder", val_size=0)
