@@ -1,119 +1,194 @@
-"""Sokoban level generation speed: ragen-sokoban vs gym-sokoban's `generate_room`, 6x6 rooms with 1 box.
+"""Sokoban level generation: ragen-sokoban vs gym-sokoban's `generate_room` (6x6, 1 box), and the level distribution.
 
-ragen-sokoban: `ragen_sokoban.generator.generate` with the `sokoban` variant's settings (search depth 300, min 1 push,
-reject_over_budget with the 10-action budget); every level is verified by the push-level BFS solver, the time
-includes it. A second row keeps RAGEN's distribution (no budget rejection). gym-sokoban 0.0.6 (`pip install
-gym-sokoban`, RAGEN's generator origin): `generate_room(dim=(6, 6), num_steps=20, num_boxes=1)`; its reverse-play DFS
-has a hard-coded depth of 300 (= RAGEN's search_depth) and it verifies nothing; a failed room (score 0) raises and is
-counted as a failure. gym-sokoban is imported if installed, otherwise run in a throwaway venv built on first use
-(`python -m venv` + `pip install gym-sokoban`); if neither works, only ragen-sokoban is reported.
+Speed. ragen-sokoban: `ragen_sokoban.generator.generate` with the `sokoban` variant's settings (search depth 300,
+min 1 push, the 10-move budget); every level is verified by the move-optimal BFS and the time includes it. The
+layout cache is cleared before each block, so every block is a cold start. A second row keeps RAGEN's distribution
+(no budget). gym-sokoban 0.0.6 (RAGEN's generator origin): `generate_room(dim=(6, 6), num_steps=20, num_boxes=1)`
+seeded per level with `random.seed(s); np.random.seed(s)`; its reverse play has a hard-coded depth of 300 and it
+verifies nothing. It runs in a worker process of a throwaway venv (`--anchor-python`, built with `python -m venv`
++ `pip install gym-sokoban` when missing; never a project dependency). Blocks of the same seeds are interleaved
+ours, gym, ours, gym ... and the table reports the median block time per level. RAGEN's own generator (not on
+PyPI) measured 0.755x gym-sokoban's time in issue 17, so 26x gym-sokoban is about 20x RAGEN's.
 
-    python bench/sokoban_generation.py [--n 1000] [--gym-n N] [--out bench/results/sokoban_generation.json]
+Distribution. For each 1- and 2-box variant: the optimal move count of its levels (histogram, mean, <= 3 and
+one-move shares), the one-push share and the share of levels starting with a box on a target, next to RAGEN's
+figures measured in issue 17 on its own generator (6x6: mean 3.98 moves, 8.2% one-move levels; 8x8 2 boxes:
+mean 5.9 moves, 12% need <= 3 moves, no one-push level, no box on a target).
 
-With --gym-n < --n, gym-sokoban's time is measured on --gym-n levels and normalised per level (the table shows it
-extrapolated to --n levels, marked so).
+    python bench/sokoban_generation.py [--n 1000] [--reps 5] [--dist-n 1000]
+
+The machine is shared: the load average is printed and saved, and only ratios measured in one run are compared.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
+from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
-GYM_VENV = Path(tempfile.gettempdir()) / "gym-sokoban-venv"
-GYM_CODE = """
+ANCHOR_VENV = Path(tempfile.gettempdir()) / "anchor-venv"
+GYM_WORKER = """
 import random, sys, time, warnings
 warnings.filterwarnings("ignore")
 import numpy as np
 from gym_sokoban.envs.room_utils import generate_room
-n = int(sys.argv[1]); ok = 0
-t = time.perf_counter()
-for s in range(n):
-    random.seed(s); np.random.seed(s)
-    try:
-        generate_room(dim=(6, 6), num_steps=20, num_boxes=1)
-        ok += 1
-    except (RuntimeError, RuntimeWarning, ValueError):
-        pass
-print(time.perf_counter() - t, ok)
-"""
-
-
-def ours(n: int, budget: int | None) -> float:
-    from ragen_sokoban.generator import generate
-
+print("ready", flush=True)
+for line in sys.stdin:
+    start, n = map(int, line.split())
+    ok = 0
     t = time.perf_counter()
-    for seed in range(10_000, 10_000 + n):
+    for s in range(start, start + n):
+        random.seed(s); np.random.seed(s)
+        try:
+            generate_room(dim=(6, 6), num_steps=20, num_boxes=1)
+            ok += 1
+        except (RuntimeError, RuntimeWarning, ValueError):
+            pass
+    print(time.perf_counter() - t, ok, flush=True)
+"""
+#: RAGEN's generator on the same questions (issue 17, measured on its own code): variant -> figures
+RAGEN_REFERENCE = {
+    "sokoban": {"mean_moves": 3.98, "one_move_share": 0.082, "box_on_target_share": 0.0},
+    "sokoban-large": {"mean_moves": 5.9, "le3_share": 0.12, "one_push_share": 0.0, "box_on_target_share": 0.0},
+}
+SEED0 = 10_000
+
+
+def ours_block(n: int, budget: int | None) -> float:
+    from ragen_sokoban.generator import _distances, generate, layout
+
+    layout.cache_clear()  # cold: no floor tables from an earlier block
+    _distances.cache_clear()
+    t = time.perf_counter()
+    for seed in range(SEED0, SEED0 + n):
         generate(seed, 6, 6, 1, 300, min_pushes=1, max_moves=budget)
     return time.perf_counter() - t
 
 
-def gym_sokoban(n: int) -> tuple[float, int, str] | str:
-    """(seconds, rooms generated, where it ran), or why it could not run."""
+def anchor_python(path: str | None) -> str:
+    python = Path(path) if path else ANCHOR_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"building {python.parent.parent} (pip install gym-sokoban)...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(python.parent.parent)], check=True, capture_output=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "gym-sokoban"], check=True, capture_output=True,
+                       timeout=900)
+    return str(python)
+
+
+class GymWorker:
+    """gym-sokoban's generate_room in a process of the anchor venv; ``block(n)`` returns (seconds, rooms made)."""
+
+    def __init__(self, python: str) -> None:
+        self.proc = subprocess.Popen([python, "-c", GYM_WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("gym-sokoban worker did not start (is gym-sokoban installed in the anchor venv?)")
+
+    def block(self, n: int) -> tuple[float, int]:
+        self.proc.stdin.write(f"{SEED0} {n}\n")
+        self.proc.stdin.flush()
+        seconds, ok = self.proc.stdout.readline().split()
+        return float(seconds), int(ok)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def speed(args) -> dict:
     try:
-        if importlib.util.find_spec("gym_sokoban") is not None:
-            python, where = sys.executable, "this interpreter"
-        else:
-            python, where = str(GYM_VENV / "bin" / "python"), f"throwaway venv {GYM_VENV}"
-            if not Path(python).exists():
-                print(f"building {GYM_VENV} (pip install gym-sokoban)...", flush=True)
-                subprocess.run([sys.executable, "-m", "venv", str(GYM_VENV)], check=True, capture_output=True)
-                subprocess.run([python, "-m", "pip", "install", "-q", "gym-sokoban"], check=True, capture_output=True,
-                               timeout=900)
-        out = subprocess.run([python, "-c", GYM_CODE, str(n)], check=True, capture_output=True, text=True, timeout=3600)
-        seconds, ok = out.stdout.split()
-        return float(seconds), int(ok), where
-    except (subprocess.SubprocessError, OSError, ValueError) as exc:
-        detail = getattr(exc, "stderr", None) or exc
-        return f"gym-sokoban unavailable ({type(exc).__name__}: {str(detail).strip()[-300:]}); comparison skipped"
+        gym = GymWorker(anchor_python(args.anchor_python))
+    except (subprocess.SubprocessError, OSError, RuntimeError) as exc:
+        print(f"gym-sokoban unavailable ({type(exc).__name__}: {exc}); comparison skipped")
+        gym = None
+    times: dict[str, list[float]] = {"ours_budget": [], "ours_no_budget": [], "gym": []}
+    gym_ok = 0
+    for _ in range(args.reps):  # interleaved: A B C, A B C, ...
+        times["ours_budget"].append(ours_block(args.n, 10))
+        times["ours_no_budget"].append(ours_block(args.n, None))
+        if gym is not None:
+            seconds, gym_ok = gym.block(args.n)
+            times["gym"].append(seconds)
+    if gym is not None:
+        gym.close()
+    per = {k: 1000 * statistics.median(v) / args.n for k, v in times.items() if v}  # ms per level
+    rows = [("ragen-sokoban (move-BFS verified, budget 10)", "ours_budget"),
+            ("ragen-sokoban (move-BFS verified, no budget)", "ours_no_budget"),
+            (f"gym-sokoban 0.0.6 generate_room ({gym_ok}/{args.n} ok)", "gym")]
+    print(f"\nGeneration, 6x6 1 box, {args.n} seeds x {args.reps} interleaved blocks (median block)")
+    print(f"{'generator':<48}{'ms/level':>10}{'gym-sokoban / this':>20}")
+    out = []
+    for name, key in rows:
+        if key not in per:
+            continue
+        ratio = per["gym"] / per[key] if "gym" in per else None
+        print(f"{name:<48}{per[key]:>10.4f}{'' if ratio is None else f'{ratio:>19.1f}x'}")
+        out.append({"generator": name, "ms_per_level": per[key], "block_seconds": times[key],
+                    "gym_sokoban_over_this": ratio})
+    if "gym" in per:
+        print(f"target: >= 26x gym-sokoban (about 20x RAGEN's generate_room, which took 0.755x gym-sokoban's time)")
+    return {"rows": out, "gym_sokoban_over_ours": per["gym"] / per["ours_budget"] if "gym" in per else None}
+
+
+def distribution(args) -> list[dict]:
+    import ragen
+    from ragen_sokoban.solver import solve, solve_moves
+
+    out = []
+    print(f"\nLevel distribution, seeds {SEED0}..{SEED0 + args.dist_n - 1} (optimal moves by move-BFS)")
+    head = f"{'variant':<22}{'mean':>6}{'<=3':>7}{'1 move':>8}{'1 push':>8}{'box on T':>10}  histogram (moves: share %)"
+    print(head)
+    for name in ("sokoban", "sokoban-vocab", "sokoban-large"):
+        env = ragen.make_env(name)
+        moves, pushes, on_target = [], [], 0
+        for seed in range(SEED0, SEED0 + args.dist_n):
+            env.reset(seed=seed)
+            moves.append(len(solve_moves(env.board, env.player, env.boxes)))
+            pushes.append(solve(env.board, env.player, env.boxes)[0])
+            on_target += bool(env.boxes & env.board.targets)
+        n = len(moves)
+        row = {"variant": name, "levels": n, "mean_moves": statistics.mean(moves),
+               "le3_share": sum(m <= 3 for m in moves) / n, "one_move_share": moves.count(1) / n,
+               "one_push_share": pushes.count(1) / n, "box_on_target_share": on_target / n,
+               "histogram": {str(k): v / n for k, v in sorted(Counter(moves).items())}}
+        hist = " ".join(f"{k}:{100 * v:.1f}" for k, v in row["histogram"].items())
+        print(f"{name:<22}{row['mean_moves']:>6.2f}{100 * row['le3_share']:>6.1f}%{100 * row['one_move_share']:>7.1f}%"
+              f"{100 * row['one_push_share']:>7.1f}%{100 * row['box_on_target_share']:>9.1f}%  {hist}")
+        ref = RAGEN_REFERENCE.get(name)
+        if ref:
+            cells = "  ".join(f"{k}={v:g}" for k, v in ref.items())
+            print(f"{'  RAGEN (issue 17)':<22}{cells}")
+            row["ragen_reference"] = ref
+        out.append(row)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1000, help="Levels generated by ragen-sokoban.")
-    ap.add_argument("--gym-n", type=int, default=None, help="Levels generated by gym-sokoban (default: --n).")
+    ap.add_argument("--n", type=int, default=1000, help="Seeds per timed block.")
+    ap.add_argument("--reps", type=int, default=5, help="Interleaved blocks per generator.")
+    ap.add_argument("--dist-n", type=int, default=1000, help="Levels per variant for the distribution.")
+    ap.add_argument("--anchor-python", default=None, help=f"Python of a venv with gym-sokoban (default {ANCHOR_VENV}).")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sokoban_generation.json")
     args = ap.parse_args()
-    gym_n = args.gym_n or args.n
-
-    rows = []  # (name, levels measured, seconds measured)
-    rows.append(("ragen-sokoban (BFS-verified, budget 10)", args.n, ours(args.n, 10)))
-    rows.append(("ragen-sokoban (BFS-verified, no budget)", args.n, ours(args.n, None)))
-    gym = gym_sokoban(gym_n)
-    result: dict = {
-        "benchmark": "sokoban_generation", "date": date.today().isoformat(), "room": "6x6", "boxes": 1, "n": args.n,
-        "python": platform.python_version(), "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0], "rows": [],
-    }
-    if isinstance(gym, str):
-        print(gym)
-        result["gym_sokoban"] = gym
-    else:
-        gym_s, gym_ok, where = gym
-        rows.append((f"gym-sokoban 0.0.6 generate_room ({gym_ok}/{gym_n} ok)", gym_n, gym_s))
-        result["gym_sokoban"] = {"levels": gym_n, "succeeded": gym_ok, "seconds": gym_s, "ran_in": where}
-
-    base = rows[0][2] / rows[0][1]  # seconds per level, ours
-    print(f"{'generator':<46}{'measured':>10}{'s per ' + str(args.n):>12}{'ms/level':>10}{'x ours':>8}")
-    for name, n, s in rows:
-        per = s / n
-        scaled = per * args.n
-        mark = "*" if n != args.n else " "
-        print(f"{name:<46}{n:>10}{scaled:>11.3f}{mark}{1000 * per:>10.3f}{per / base:>8.1f}")
-        result["rows"].append({"generator": name, "levels": n, "seconds": s, "ms_per_level": 1000 * per,
-                               "seconds_per_n_levels": scaled, "extrapolated": n != args.n, "ratio_to_ours": per / base})
-    if any(n != args.n for _, n, _ in rows):
-        print(f"* measured on fewer levels, extrapolated per level to {args.n}")
-    if not isinstance(gym, str):
-        result["gym_sokoban_over_ours"] = (rows[-1][2] / rows[-1][1]) / base
-        print(f"gym-sokoban takes {result['gym_sokoban_over_ours']:.1f}x ragen-sokoban's time per level")
+    load_before = os.getloadavg()
+    result = {"benchmark": "sokoban_generation", "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)", "python": platform.python_version(),
+              "room": "6x6", "boxes": 1, "n": args.n, "reps": args.reps}
+    result.update(speed(args))
+    result["loadavg_1m_before_after"] = [load_before[0], os.getloadavg()[0]]
+    print(f"load average (1 min) before/after the timing: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f} "
+          f"on {os.cpu_count()} CPUs (shared machine: absolute times are noisy, the ratio is from one run)")
+    result["distribution"] = distribution(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

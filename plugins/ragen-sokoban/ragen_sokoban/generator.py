@@ -1,13 +1,17 @@
 """Seeded level generator (environments.md §2): random-walk topology, reverse play over pulls, RAGEN's player
 displacement (RAGEN's rule: no box starts on a target), BFS verification against the move budget.
 
-Everything draws from one ``numpy.random.Generator``; when a seed's 4 topology tries fail, the next attempt seed is
-derived with SHA-256 (never Python's salted ``hash()``), so a level is a pure function of its arguments.
+Everything draws from one ``numpy.random.Generator`` (PCG64) per attempt seed; when a seed's 4 topology tries fail,
+the next attempt seed is derived with SHA-256 (never Python's salted ``hash()``), so a level is a pure function of
+its arguments. For speed the draws are replayed in Python from the bit generator's raw stream (``Draws``: the same
+numbers as ``Generator.random``/``integers``/``choice``), rooms are bitmasks, the static tables of a floor layout are
+cached, and 1-box reverse play has its own loop.
 """
 
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 import attrs
 import numpy as np
@@ -16,27 +20,25 @@ from ragen_sokoban.solver import (
     BOX,
     BOX_ON_TARGET,
     EMPTY,
-    OPPOSITE,
+    MOVES,
     PLAYER,
     PLAYER_ON_TARGET,
     TARGET,
     WALL,
     Board,
+    MoveTables,
     SearchLimit,
+    search_moves,
     solve,
-    solve_moves,
 )
 
 #: 3x3 brushes carving floor (gym-sokoban's masks): horizontal bar, vertical bar and three corner shapes
-BRUSHES = tuple(
-    np.array(m, dtype=bool)
-    for m in (
-        [[0, 0, 0], [1, 1, 1], [0, 0, 0]],
-        [[0, 1, 0], [0, 1, 0], [0, 1, 0]],
-        [[0, 0, 0], [1, 1, 0], [0, 1, 0]],
-        [[0, 0, 0], [1, 1, 0], [1, 1, 0]],
-        [[0, 0, 0], [0, 1, 1], [0, 1, 0]],
-    )
+BRUSHES = (
+    ((0, 0, 0), (1, 1, 1), (0, 0, 0)),
+    ((0, 1, 0), (0, 1, 0), (0, 1, 0)),
+    ((0, 0, 0), (1, 1, 0), (0, 1, 0)),
+    ((0, 0, 0), (1, 1, 0), (1, 1, 0)),
+    ((0, 0, 0), (0, 1, 1), (0, 1, 0)),
 )
 DIRECTIONS = ((1, 0), (0, 1), (-1, 0), (0, -1))
 P_CHANGE_DIRECTION = 0.35
@@ -52,9 +54,146 @@ class GenerationError(RuntimeError):
 @attrs.frozen
 class Level:
     room: tuple[tuple[int, ...], ...]  #: codes 0..6 (wall, empty, target, box on target, box, player, player on target)
-    pushes: int  #: optimal number of pushes (push-optimal solver)
     moves: tuple[str, ...]  #: a move-optimal plan (walks and pushes each count one move)
     attempt: int  #: attempt seed index that produced the level (0 = the seed itself)
+
+    def optimal_pushes(self) -> int:
+        """The fewest pushes that solve the level (push-optimal BFS; computed on demand, generation does not need it
+        unless ``min_pushes`` > 1)."""
+        board = Board(self.room)
+        cells = [(r * board.cols + c, x) for r, row in enumerate(self.room) for c, x in enumerate(row)]
+        player = next(cell for cell, x in cells if x in (PLAYER, PLAYER_ON_TARGET))
+        solution = solve(board, player, frozenset(cell for cell, x in cells if x in (BOX, BOX_ON_TARGET)))
+        assert solution is not None, "a generated level is solvable"
+        return solution[0]
+
+
+class Draws:
+    """The draws of ``numpy.random.default_rng(seed)`` replayed from its PCG64 raw 64-bit stream: ``random()`` is
+    ``Generator.random()``, ``below(n)`` is ``Generator.integers(n)`` (Lemire's method on 32-bit halves, the low half
+    of a word first, the high half kept for the next 32-bit draw) and ``sample(n, k)`` is ``Generator.choice(n, k,
+    replace=False)`` (Floyd's algorithm, then a shuffle). numpy's calls cost microseconds each; these cost a tenth."""
+
+    __slots__ = ("_bits", "_words", "_i", "_half")
+
+    def __init__(self, seed: int) -> None:
+        self._bits = np.random.PCG64(seed)
+        self._words: list[int] = []
+        self._i = 32  # words used of the current batch of 32
+        self._half: int | None = None
+
+    def _next64(self) -> int:
+        i = self._i
+        if i == 32:
+            self._words, i = self._bits.random_raw(32).tolist(), 0
+        self._i = i + 1
+        return self._words[i]
+
+    def _next32(self) -> int:
+        half = self._half
+        if half is not None:
+            self._half = None
+            return half
+        word = self._next64()
+        self._half = word >> 32
+        return word & 0xFFFFFFFF
+
+    def random(self) -> float:
+        i = self._i  # _next64 inlined: a level makes ~60 draws, the call would be a third of their time
+        if i == 32:
+            self._words, i = self._bits.random_raw(32).tolist(), 0
+        self._i = i + 1
+        return (self._words[i] >> 11) * (1.0 / 9007199254740992.0)
+
+    def below(self, n: int) -> int:
+        if n == 1:
+            return 0  # numpy draws nothing for a single value
+        half = self._half  # _next32 inlined (the generator's most frequent draw)
+        if half is None:
+            i = self._i
+            if i == 32:
+                self._words, i = self._bits.random_raw(32).tolist(), 0
+            self._i = i + 1
+            word = self._words[i]
+            self._half, m = word >> 32, (word & 0xFFFFFFFF) * n
+        else:
+            self._half, m = None, half * n
+        if m & 0xFFFFFFFF < n:  # Lemire's rejection, rare for small n
+            threshold = (0x100000000 - n) % n
+            while m & 0xFFFFFFFF < threshold:
+                m = self._next32() * n
+        return m >> 32
+
+    def sample(self, n: int, k: int) -> list[int]:
+        out: list[int] = []
+        for j in range(n - k, n):
+            val = self.below(j + 1)
+            out.append(j if val in out else val)
+        for i in range(k - 1, 0, -1):
+            j = self.below(i + 1)
+            out[i], out[j] = out[j], out[i]
+        return out
+
+
+@attrs.frozen
+class Layout:
+    """The static tables of one floor bitmask (cached per room size and floor): floor cells in row-major order,
+    per cell its floor neighbours in ``MOVES`` order as ``(next, the cell behind or -1)``, and the move-BFS table."""
+
+    rows: int
+    cols: int
+    floor: int  #: bitmask of floor cells
+    cells: tuple[int, ...]
+    near: tuple  #: cell -> ((next floor cell, floor cell opposite it or -1), ...) in MOVES order; None off the floor
+    steps2: list  #: cell -> [(move index, next floor cell, the floor cell after it or -1)]; None off the floor
+    corners: int  #: bitmask of floor cells blocked vertically and horizontally
+
+    def tables(self, targets: tuple[int, ...]) -> MoveTables:
+        tmask = sum(1 << t for t in targets)
+        size = self.rows * self.cols
+        return MoveTables(self.steps2, tmask, self.corners & ~tmask, size.bit_length(), self.cols, size)
+
+    def board(self, targets: tuple[int, ...]) -> Board:
+        return Board(room_of(self, targets, (), -1))
+
+
+@lru_cache(maxsize=16384)
+def layout(rows: int, cols: int, floor: int) -> Layout:
+    """The tables of a floor bitmask whose floor is interior (border cells are walls), so no step leaves the grid
+    or wraps a row."""
+    size = rows * cols
+    cells = tuple(cell for cell in range(size) if floor >> cell & 1)
+    deltas = [dr * cols + dc for dr, dc in MOVES.values()]
+    near: list = [None] * size
+    steps2: list = [None] * size
+    corners = 0
+    for cell in cells:
+        ok = [floor >> (cell + delta) & 1 for delta in deltas]
+        near_cell, steps = [], []
+        for d, delta in enumerate(deltas):
+            if ok[d]:
+                n1, n2 = cell + delta, cell + 2 * delta
+                near_cell.append((n1, cell - delta if ok[d ^ 1] else -1))  # d ^ 1: the opposite move (Up<->Down, ...)
+                steps.append((d, n1, n2 if 0 <= n2 < size and floor >> n2 & 1 else -1))
+        near[cell], steps2[cell] = tuple(near_cell), steps
+        if not (ok[0] and ok[1]) and not (ok[2] and ok[3]):
+            corners |= 1 << cell
+    return Layout(rows, cols, floor, cells, tuple(near), steps2, corners)
+
+
+@lru_cache(maxsize=64)
+def _brush_masks(rows: int, cols: int) -> tuple[tuple[int, ...], ...]:
+    """Centre cell -> the floor bitmask each brush carves there (centres 1..rows-2 x 1..cols-2); entry 0 (a border
+    cell, never a centre) is the interior mask instead."""
+    masks: list = [()] * (rows * cols)
+    masks[0] = sum(((1 << (cols - 2)) - 1) << (r * cols + 1) for r in range(1, rows - 1))
+    for r in range(1, rows - 1):
+        for c in range(1, cols - 1):
+            masks[r * cols + c] = tuple(
+                sum(1 << ((r + i - 1) * cols + c + j - 1) for i in range(3) for j in range(3) if brush[i][j])
+                for brush in BRUSHES
+            )
+    return tuple(masks)
 
 
 def attempt_seed(seed: int, attempt: int) -> int:
@@ -64,39 +203,38 @@ def attempt_seed(seed: int, attempt: int) -> int:
     return int.from_bytes(hashlib.sha256(f"sokoban:{seed}:{attempt}".encode()).digest()[:8], "big")
 
 
-def topology(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
-    """All walls, then a random walk of int(1.7 * (rows + cols)) steps carving floor with random 3x3 brushes."""
-    floor = np.zeros((rows, cols), dtype=bool)
-    direction = DIRECTIONS[rng.integers(4)]
-    r, c = int(rng.integers(1, rows - 1)), int(rng.integers(1, cols - 1))
+def topology(draws: Draws, rows: int, cols: int) -> int:
+    """All walls, then a random walk of int(1.7 * (rows + cols)) steps carving floor with random 3x3 brushes; the
+    border stays wall. Returns the floor bitmask (bit ``r * cols + c``)."""
+    masks = _brush_masks(rows, cols)
+    random, below = draws.random, draws.below
+    dr, dc = DIRECTIONS[below(4)]
+    r, c = 1 + below(rows - 2), 1 + below(cols - 2)
+    rmax, cmax = rows - 2, cols - 2
+    floor = 0
     for _ in range(int(1.7 * (rows + cols))):
-        if rng.random() < P_CHANGE_DIRECTION:
-            direction = DIRECTIONS[rng.integers(4)]
-        r = min(max(r + direction[0], 1), rows - 2)
-        c = min(max(c + direction[1], 1), cols - 2)
-        floor[r - 1 : r + 2, c - 1 : c + 2] |= BRUSHES[rng.integers(len(BRUSHES))]
-    floor[[0, -1], :] = False
-    floor[:, [0, -1]] = False
-    return floor
+        if random() < P_CHANGE_DIRECTION:
+            dr, dc = DIRECTIONS[below(4)]
+        r += dr
+        r = 1 if r < 1 else rmax if r > rmax else r
+        c += dc
+        c = 1 if c < 1 else cmax if c > cmax else c
+        floor |= masks[r * cols + c][below(5)]
+    return floor & masks[0]
 
 
-def reverse_play(board: Board, targets: tuple[int, ...], player: int, search_depth: int,
+def reverse_play(lay: Layout, targets: tuple[int, ...], player: int, search_depth: int,
                  allow_box_on_target: bool = False) -> tuple[int, tuple[int, ...], int]:
     """DFS over walks and pulls from the solved state (box i starts on target i), at most ``REVERSE_STATE_LIMIT``
     visited states, states at most ``search_depth - 2`` moves deep: RAGEN's ``ttl`` is spent on the root call and
-    stops the call that reaches 0, so its LargerSokoban (depth 10) scores states up to 8 moves deep. Returns the best ``(score, boxes, player)`` by
-    ``box_swaps * sum(manhattan(box_i, target_i))`` (first found on ties; score 0 = nothing found). RAGEN scores a
-    state 0 while a box stands on a target, so no level starts with one; ``allow_box_on_target`` lifts that rule."""
-    cols, adj, on_target = board.cols, board.adj, board.targets.isdisjoint
-    target_rc = [divmod(t, cols) for t in targets]
-
-    def displacement(boxes: tuple[int, ...]) -> int:
-        total = 0
-        for b, (tr, tc) in zip(boxes, target_rc, strict=True):
-            br, bc = divmod(b, cols)
-            total += abs(br - tr) + abs(bc - tc)
-        return total
-
+    stops the call that reaches 0, so its LargerSokoban (depth 10) scores states up to 8 moves deep. Returns the best
+    ``(score, boxes, player)`` by ``box_swaps * sum(manhattan(box_i, target_i))`` (first found on ties; score 0 =
+    nothing found). RAGEN scores a state 0 while a box stands on a target, so no level starts with one;
+    ``allow_box_on_target`` lifts that rule."""
+    if len(targets) == 1 and len(lay.cells) ** 2 < REVERSE_STATE_LIMIT and lay.rows * lay.cols <= 256:
+        return _reverse_play_one(lay, targets[0], player, search_depth - 2)
+    near, on_target = lay.near, frozenset(targets).isdisjoint
+    dist = [_distances(lay.rows, lay.cols, t) for t in targets]
     best = (0, targets, player)
     seen: set[tuple] = set()
     stack = [(targets, player, -1, 0, 0)]  # boxes, player, index of the last pulled box, swaps, depth
@@ -107,47 +245,107 @@ def reverse_play(board: Board, targets: tuple[int, ...], player: int, search_dep
             continue
         seen.add(key)
         if swaps and (allow_box_on_target or on_target(boxes)):
-            score = swaps * displacement(boxes)
+            score = swaps * sum(d[b] for d, b in zip(dist, boxes))
             if score > best[0]:
                 best = (score, boxes, pl)
         if depth >= search_depth - 2:
             continue
-        moves = adj[pl]
-        for name, nxt in moves.items():
+        for nxt, behind in near[pl]:
             if nxt in boxes:
                 continue
             stack.append((boxes, nxt, last, swaps, depth + 1))  # walk
-            behind = moves.get(OPPOSITE[name])
-            if behind is not None and behind in boxes:  # pull: the box behind follows into the player's old cell
+            if behind in boxes:  # pull: the box behind follows into the player's old cell
                 i = boxes.index(behind)
                 stack.append((boxes[:i] + (pl,) + boxes[i + 1 :], nxt, i, swaps + (i != last), depth + 1))
     return best
 
 
-def displace_player(rng: np.random.Generator, board: Board, boxes: tuple[int, ...], player: int, displacement: int) -> int:
+def _reverse_play_one(lay: Layout, target: int, player: int, max_depth: int) -> tuple[int, tuple[int, ...], int]:
+    """``reverse_play`` for one box, same visiting order and result: after its first pull the box is the only one
+    ever pulled, so box_swaps is 1 and the score is the box's distance from the target (0 on it, whatever the
+    on-target rule). States are ints ``box << 8 | player``; a state already visited is not pushed again (it would
+    be skipped when popped), and the search stops once the box reaches the room's largest distance (nothing can
+    score more and ties keep the first)."""
+    near, dist = lay.near, _distances(lay.rows, lay.cols, target)
+    top = max(dist[cell] for cell in lay.cells)
+    best, best_key = 0, target << 8 | player
+    if max_depth >= len(lay.cells) ** 2:  # no DFS path is that long: the depth never binds, leave it out
+        seen = set()
+        stack = [best_key]
+        pop, push, visit = stack.pop, stack.append, seen.add
+        while stack:
+            key = pop()
+            if key in seen:
+                continue
+            visit(key)
+            box, pl = key >> 8, key & 255
+            if dist[box] > best:
+                best, best_key = dist[box], key
+                if best == top:
+                    break
+            for nxt, behind in near[pl]:
+                if nxt != box:
+                    if box << 8 | nxt not in seen:
+                        push(box << 8 | nxt)
+                    if behind == box and pl << 8 | nxt not in seen:
+                        push(pl << 8 | nxt)
+        return best, (best_key >> 8,), best_key & 255
+    seen = set()
+    stack = [(best_key, 0)]
+    pop, push, visit = stack.pop, stack.append, seen.add
+    while stack:
+        key, depth = pop()
+        if key in seen:
+            continue
+        visit(key)
+        box, pl = key >> 8, key & 255
+        if dist[box] > best:
+            best, best_key = dist[box], key
+            if best == top:
+                break
+        if depth >= max_depth:
+            continue
+        depth += 1
+        for nxt, behind in near[pl]:
+            if nxt != box:
+                if box << 8 | nxt not in seen:
+                    push((box << 8 | nxt, depth))
+                if behind == box and pl << 8 | nxt not in seen:
+                    push((pl << 8 | nxt, depth))
+    return best, (best_key >> 8,), best_key & 255
+
+
+@lru_cache(maxsize=4096)
+def _distances(rows: int, cols: int, target: int) -> list[int]:
+    """Cell -> manhattan distance to ``target``."""
+    tr, tc = divmod(target, cols)
+    return [abs(b // cols - tr) + abs(b % cols - tc) for b in range(rows * cols)]
+
+
+def displace_player(draws: Draws, lay: Layout, boxes: tuple[int, ...], player: int, displacement: int) -> int:
     """RAGEN: with probability 0.8 (total box displacement 1) or 0.5 (otherwise) walk the player one step to an
     adjacent unvisited free cell, continuing with probability 0.5 per step, at most 3 steps."""
-    if rng.random() >= (0.8 if displacement == 1 else 0.5):
+    if draws.random() >= (0.8 if displacement == 1 else 0.5):
         return player
-    visited = {player}
+    visited = [player]
     for step in range(3):
-        free = [nxt for nxt in board.adj[player].values() if nxt not in boxes and nxt not in visited]
+        free = [nxt for nxt, _ in lay.near[player] if nxt not in boxes and nxt not in visited]
         if not free:
             break
-        player = free[rng.integers(len(free))]
-        visited.add(player)
-        if step == 2 or rng.random() >= 0.5:
+        player = free[draws.below(len(free))]
+        visited.append(player)
+        if step == 2 or draws.random() >= 0.5:
             break
     return player
 
 
 def generate(seed: int, rows: int = 6, cols: int = 6, num_boxes: int = 1, search_depth: int = 300, min_pushes: int = 1,
              max_moves: int | None = None, player_displacement: bool = True, allow_box_on_target: bool = False) -> Level:
-    """A BFS-verified level for ``seed``: the first candidate (``candidates``) with at least ``min_pushes`` optimal
-    pushes and, unless ``max_moves`` is None, a solution of at most ``max_moves`` moves."""
-    for attempt, board, player, boxes in candidates(seed, rows, cols, num_boxes, search_depth, player_displacement,
-                                                    allow_box_on_target):
-        level = verify(board, player, boxes, min_pushes, max_moves)
+    """A BFS-verified level for ``seed``: the first candidate (``candidates``) with a solution of at most
+    ``max_moves`` moves (None: any solution) and at least ``min_pushes`` optimal pushes."""
+    for attempt, lay, targets, player, boxes in _candidates(seed, rows, cols, num_boxes, search_depth,
+                                                            player_displacement, allow_box_on_target):
+        level = verify(lay, targets, player, boxes, min_pushes, max_moves)
         if level is not None:
             return attrs.evolve(level, attempt=attempt)
     raise GenerationError(
@@ -160,56 +358,61 @@ def candidates(seed: int, rows: int, cols: int, num_boxes: int, search_depth: in
                allow_box_on_target: bool = False):
     """The reverse-played levels of ``seed`` in generation order, before any check: ``(attempt, board, player,
     boxes)``. Checks draw nothing from the generator, so this order is the same whatever ``generate`` rejects."""
+    for attempt, lay, targets, player, boxes in _candidates(seed, rows, cols, num_boxes, search_depth,
+                                                            player_displacement, allow_box_on_target):
+        yield attempt, lay.board(targets), player, boxes
+
+
+def _candidates(seed, rows, cols, num_boxes, search_depth, player_displacement, allow_box_on_target):
     for attempt in range(MAX_ATTEMPTS):
-        rng = np.random.default_rng(attempt_seed(seed, attempt))
+        draws = Draws(attempt_seed(seed, attempt))
         for _ in range(TOPOLOGY_TRIES):
-            found = _scramble(rng, rows, cols, num_boxes, search_depth, player_displacement, allow_box_on_target)
+            found = _scramble(draws, rows, cols, num_boxes, search_depth, player_displacement, allow_box_on_target)
             if found is not None:
                 yield (attempt, *found)
 
 
-def verify(board: Board, player: int, boxes: tuple[int, ...], min_pushes: int, max_moves: int | None) -> Level | None:
-    """The level if a move-optimal solution within ``max_moves`` exists and the push optimum is >= ``min_pushes``."""
+def verify(lay: Layout, targets: tuple[int, ...], player: int, boxes: tuple[int, ...], min_pushes: int,
+           max_moves: int | None) -> Level | None:
+    """The level if a move-optimal solution within ``max_moves`` exists and the push optimum is >= ``min_pushes``
+    (reverse play leaves a box off its target, so 1 push is always needed: the push search runs only for more)."""
     try:
-        moves = solve_moves(board, player, boxes, max_moves)
+        moves = search_moves(lay.tables(targets), player, sum(1 << b for b in boxes), max_moves)
     except SearchLimit:
         return None
-    solution = solve(board, player, frozenset(boxes)) if moves is not None else None
-    if solution is None or solution[0] < min_pushes:
+    if moves is None:
         return None
-    return Level(room_of(board, player, boxes), solution[0], tuple(moves), 0)
+    level = Level(room_of(lay, targets, boxes, player), tuple(moves), 0)
+    if min_pushes > 1 and level.optimal_pushes() < min_pushes:
+        return None
+    return level
 
 
-def room_of(board: Board, player: int, boxes) -> tuple[tuple[int, ...], ...]:
-    """Codes 0..6 of the level: the board's walls and targets with the boxes and the player placed."""
-    cols = board.cols
-    room = [[WALL] * cols for _ in range(board.rows)]
-    for cell in board.floor:
-        room[cell // cols][cell % cols] = TARGET if cell in board.targets else EMPTY
+def room_of(lay: Layout, targets: tuple[int, ...], boxes, player: int) -> tuple[tuple[int, ...], ...]:
+    """Codes 0..6 of a level: walls, floor and targets, with the boxes and (unless -1) the player placed."""
+    codes = [EMPTY if lay.floor >> cell & 1 else WALL for cell in range(lay.rows * lay.cols)]
+    for t in targets:
+        codes[t] = TARGET
     for b in boxes:
-        room[b // cols][b % cols] = BOX_ON_TARGET if b in board.targets else BOX
-    r, c = divmod(player, cols)
-    room[r][c] = PLAYER_ON_TARGET if room[r][c] == TARGET else PLAYER
-    return tuple(map(tuple, room))
+        codes[b] = BOX_ON_TARGET if codes[b] == TARGET else BOX
+    if player >= 0:
+        codes[player] = PLAYER_ON_TARGET if codes[player] == TARGET else PLAYER
+    return tuple(tuple(codes[r * lay.cols : (r + 1) * lay.cols]) for r in range(lay.rows))
 
 
-def _scramble(rng, rows, cols, num_boxes, search_depth, player_displacement, allow_box_on_target):
-    """One topology try: ``(board, player, boxes)`` after reverse play and player displacement, or None (score 0)."""
-    floor = topology(rng, rows, cols)
-    rr, cc = np.nonzero(floor)
-    cells = (rr * cols + cc).tolist()
+def _scramble(draws, rows, cols, num_boxes, search_depth, player_displacement, allow_box_on_target):
+    """One topology try: ``(layout, targets, player, boxes)`` after reverse play and player displacement, or None
+    (score 0)."""
+    lay = layout(rows, cols, topology(draws, rows, cols))
+    cells = lay.cells
     if len(cells) < num_boxes + 1:
         return None
-    picks = rng.choice(len(cells), size=num_boxes + 1, replace=False).tolist()
+    picks = draws.sample(len(cells), num_boxes + 1)
     targets, player = tuple(cells[i] for i in picks[:-1]), cells[picks[-1]]
-    room = [[EMPTY if floor[r, c] else WALL for c in range(cols)] for r in range(rows)]
-    for t in targets:
-        room[t // cols][t % cols] = TARGET
-    board = Board(room)
-    score, boxes, player = reverse_play(board, targets, player, search_depth, allow_box_on_target)
+    score, boxes, player = reverse_play(lay, targets, player, search_depth, allow_box_on_target)
     if score == 0:
         return None
     if player_displacement:
         disp = sum(abs(b // cols - t // cols) + abs(b % cols - t % cols) for b, t in zip(boxes, targets, strict=True))
-        player = displace_player(rng, board, boxes, player, disp)
-    return board, player, boxes
+        player = displace_player(draws, lay, boxes, player, disp)
+    return lay, targets, player, boxes

@@ -12,6 +12,8 @@ Cells are ints ``r * cols + c``; adjacency is precomputed per floor cell, so no 
 from __future__ import annotations
 
 from collections import deque
+from functools import lru_cache
+from typing import NamedTuple
 
 WALL, EMPTY, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET = range(7)
 MOVES = {"Up": (-1, 0), "Down": (1, 0), "Left": (0, -1), "Right": (0, 1)}
@@ -23,6 +25,19 @@ MOVE_STATE_LIMIT = 200_000
 
 class SearchLimit(RuntimeError):
     """The move-level search met its state limit before it found a solution or proved there is none."""
+
+
+class MoveTables(NamedTuple):
+    """What the move-level BFS reads: per cell ``[(move index, next floor cell, the floor cell after it or -1)]``
+    (None off the floor), bitmasks of targets and dead corners, the bit width of a player cell in a state key, and
+    the room's columns and cell count (for distances)."""
+
+    steps2: list
+    target_mask: int
+    dead_mask: int
+    shift: int
+    cols: int
+    size: int
 
 
 class Board:
@@ -49,14 +64,12 @@ class Board:
         self._near = {cell: tuple(moves.values()) for cell, moves in self.adj.items()}
         #: non-target cells blocked vertically and horizontally: a box pushed there can never move again
         self.dead = frozenset(cell for cell, moves in self.adj.items() if cell not in self.targets and _corner(moves))
-        self.target_mask = _mask(self.targets)
-        self.dead_mask = _mask(self.dead)
-        #: floor cell -> [(move index in MOVES, next floor cell, the floor cell after it or -1)]: the move-BFS's table
         names = list(MOVES)
-        self.steps2 = {
-            cell: [(names.index(name), nxt, self.adj[nxt].get(name, -1)) for name, nxt in moves.items()]
-            for cell, moves in self.adj.items()
-        }
+        steps2: list = [None] * (self.rows * cols)
+        for cell, moves in self.adj.items():
+            steps2[cell] = [(names.index(name), nxt, self.adj[nxt].get(name, -1)) for name, nxt in moves.items()]
+        size = self.rows * cols
+        self.tables = MoveTables(steps2, _mask(self.targets), _mask(self.dead), size.bit_length(), cols, size)
 
     def move(self, cell: int, name: str) -> int | None:
         """The floor cell one ``name`` move from ``cell``, or None (wall or edge)."""
@@ -162,20 +175,22 @@ def _unwind(board: Board, parents: dict, key: tuple) -> tuple[int, list[str]]:
 
 def solve_moves(board: Board, player: int, boxes, max_moves: int | None = None, limit: int = STATE_LIMIT) -> list[str] | None:
     """A shortest move sequence (walks and pushes each count one move) that puts every box on a target; None when
-    there is none of at most ``max_moves`` moves (None: any length). Raises ``SearchLimit`` past ``limit`` states.
+    there is none of at most ``max_moves`` moves (None: any length). Raises ``SearchLimit`` past ``limit`` states."""
+    return search_moves(board.tables, player, _mask(boxes), max_moves, limit)
 
-    BFS layer by layer over (player cell, box bitmask); pushes into corner dead cells are pruned (such a box can never
-    reach a target, so no solution is lost). Moves are tried in the order Up, Down, Left, Right: the plan is
-    deterministic.
-    """
-    tmask, dead = board.target_mask, board.dead_mask
-    bm = _mask(boxes)
+
+def search_moves(tables: MoveTables, player: int, bm: int, max_moves: int | None = None,
+                 limit: int = STATE_LIMIT) -> list[str] | None:
+    """``solve_moves`` on a box bitmask: BFS layer by layer over (player cell, box bitmask). Pushes into corner dead
+    cells are pruned (such a box never reaches a target, so no solution is lost). Moves are tried in the order Up,
+    Down, Left, Right: the plan is deterministic."""
+    steps2, tmask, dead, shift, _, _ = tables
     if not bm & ~tmask:
         return []
     if bm & dead:
         return None
-    shift = (board.rows * board.cols).bit_length()  # player cell in the low bits, boxes above
-    steps2 = board.steps2
+    if max_moves is not None and not bm & (bm - 1) and not tmask & (tmask - 1):
+        return _search_one_box(tables, player, bm.bit_length() - 1, max_moves, limit)
     start = bm << shift | player
     pmask = (1 << shift) - 1
     parent: dict[int, tuple[int, int] | None] = {start: None}
@@ -187,11 +202,10 @@ def solve_moves(board: Board, player: int, boxes, max_moves: int | None = None, 
         for key in frontier:
             bm = key >> shift
             for d, n1, n2 in steps2[key & pmask]:
-                b1 = 1 << n1
-                if bm & b1:  # a push: the cell behind the box must be free floor, not a dead corner
+                if bm >> n1 & 1:  # a push: the cell behind the box must be free floor, not a dead corner
                     if n2 < 0 or (bm | dead) >> n2 & 1:
                         continue
-                    nbm = bm ^ b1 | 1 << n2
+                    nbm = bm ^ (1 << n1) | 1 << n2
                     nk = nbm << shift | n1
                     if nk in parent:
                         continue
@@ -199,7 +213,7 @@ def solve_moves(board: Board, player: int, boxes, max_moves: int | None = None, 
                     if not nbm & ~tmask:
                         return _unwind_moves(parent, nk)
                 else:
-                    nk = bm << shift | n1
+                    nk = key ^ (key & pmask) | n1
                     if nk in parent:
                         continue
                     parent[nk] = (key, d)
@@ -208,6 +222,59 @@ def solve_moves(board: Board, player: int, boxes, max_moves: int | None = None, 
             raise SearchLimit(f"move-level search stopped at {limit} states")
         frontier = nxt_frontier
     return None
+
+
+def _search_one_box(tables: MoveTables, player: int, box: int, max_moves: int, limit: int) -> list[str] | None:
+    """``search_moves`` for one box, one target and a move budget: the same BFS (same order, same plan) that skips
+    states which cannot finish in time. A state needs at least ``d(box, target)`` pushes plus ``d(player, box) - 1``
+    walks (manhattan ``d``); that bound changes by at most 1 per move, so a skipped state's successors are skipped
+    too and every state kept is first reached from the same parent as in the full BFS."""
+    steps2, tmask, dead, shift, cols, size = tables
+    dist = _manhattan(cols, size)
+    target = tmask.bit_length() - 1
+    to_target = dist[target]
+    pmask = (1 << shift) - 1
+    start = box << shift | player
+    parent: dict[int, tuple[int, int] | None] = {start: None}
+    frontier = [start]
+    for depth in range(1, max_moves + 1):
+        left = max_moves - depth  # moves still allowed after this one
+        nxt_frontier = []
+        for key in frontier:
+            box, pl = key >> shift, key & pmask
+            walk_bound = to_target[box] - 1
+            near_box = dist[box]
+            for d, n1, n2 in steps2[pl]:
+                if n1 == box:  # a push
+                    if n2 < 0 or dead >> n2 & 1 or to_target[n2] > left:
+                        continue
+                    nk = n2 << shift | n1
+                    if nk in parent:
+                        continue
+                    parent[nk] = (key, d)
+                    if n2 == target:
+                        return _unwind_moves(parent, nk)
+                else:
+                    if walk_bound + near_box[n1] > left:
+                        continue
+                    nk = key ^ pl | n1
+                    if nk in parent:
+                        continue
+                    parent[nk] = (key, d)
+                nxt_frontier.append(nk)
+        if len(parent) > limit:
+            raise SearchLimit(f"move-level search stopped at {limit} states")
+        if not nxt_frontier:
+            return None
+        frontier = nxt_frontier
+    return None
+
+
+@lru_cache(maxsize=64)
+def _manhattan(cols: int, size: int) -> list[list[int]]:
+    """``d[a][b]``: manhattan distance between cells a and b of a room with ``cols`` columns."""
+    rc = [divmod(cell, cols) for cell in range(size)]
+    return [[abs(ar - br) + abs(ac - bc) for br, bc in rc] for ar, ac in rc]
 
 
 def _unwind_moves(parent: dict, key: int) -> list[str]:

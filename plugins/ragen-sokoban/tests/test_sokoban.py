@@ -14,7 +14,9 @@ from ragen.checker import check_env
 from ragen.episode import Episode
 from ragen.prompt import system_prompt
 from ragen_sokoban.boxoban import load_levels
-from ragen_sokoban.generator import attempt_seed, candidates, generate
+import numpy as np
+
+from ragen_sokoban.generator import Draws, attempt_seed, candidates, generate
 from ragen_sokoban.solver import Board, SearchLimit, solve, solve_moves
 
 BOXOBAN = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "boxoban"
@@ -197,7 +199,7 @@ def test_solver_push_count_is_optimal():
         board = Board(level.room)
         player = next(r * cols + c for r, row in enumerate(level.room) for c, x in enumerate(row) if x in (5, 6))
         box_cells = frozenset(r * cols + c for r, row in enumerate(level.room) for c, x in enumerate(row) if x in (3, 4))
-        assert level.pushes == fewest_pushes(board, player, box_cells), seed
+        assert level.optimal_pushes() == fewest_pushes(board, player, box_cells), seed
 
 
 def test_solver_on_hand_built_levels():
@@ -220,10 +222,39 @@ def test_generator_is_deterministic_and_seeds_differ():
     assert attempt_seed(7, 0) == 7 and attempt_seed(7, 2) == int.from_bytes(digest, "big")
 
 
+def test_draws_replay_numpys_generator():
+    """Draws gives the numbers numpy.random.default_rng(seed) would: interleaved floats, integers and samples."""
+    for seed in (0, 1, 7, 10_000, 2**40 + 3):
+        rng, draws = np.random.default_rng(seed), Draws(seed)
+        for i in range(300):  # more than one batch of raw words, the 32-bit half carried across other draws
+            n = (1, 2, 3, 4, 5, 16, 2**31 + 5)[i % 7]
+            assert draws.below(n) == rng.integers(n)
+            assert draws.random() == rng.random()
+            if i % 5 == 0:
+                pop, k = 3 + i % 14, 1 + i % 3
+                assert draws.sample(pop, k) == rng.choice(pop, size=k, replace=False).tolist()
+
+
+PINNED = "1c1cdf278f45161f"  # computed with the generator of commit 1f1422d (RAGEN's distribution rules)
+
+
+def test_level_set_is_pinned():
+    """The speed work must not move a single level: the levels of seeds 0..199 hash to the value they had when
+    RAGEN's distribution rules landed (learning runs compare against that set)."""
+    digest = hashlib.sha256()
+    for seed in range(200):
+        level = generate(seed, max_moves=10)
+        digest.update(repr((level.room, level.moves, level.attempt)).encode())
+    for seed in range(50):
+        level = generate(seed, 8, 8, 2, 10, max_moves=10)
+        digest.update(repr((level.room, level.moves, level.attempt)).encode())
+    assert digest.hexdigest()[:16] == PINNED
+
+
 def test_generated_levels_respect_the_settings():
     level = generate(5, 8, 8, 2, 10, min_pushes=3)
     flat = [x for row in level.room for x in row]
-    assert len(level.room) == 8 and len(level.room[0]) == 8 and level.pushes >= 3
+    assert len(level.room) == 8 and len(level.room[0]) == 8 and level.optimal_pushes() >= 3
     assert sum(x in (3, 4) for x in flat) == 2 and sum(x in (2, 3, 6) for x in flat) == 2
     assert sum(x in (5, 6) for x in flat) == 1
     assert all(x == 0 for x in level.room[0] + level.room[-1]) and all(row[0] == row[-1] == 0 for row in level.room)
