@@ -31,11 +31,11 @@ VAL_PAIRS = {"rollout/success": "val/success", "rollout/score": "val/score",
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The rows of a run folder's ``metrics.jsonl``; a torn last line (a killed run) is skipped, not fatal."""
-    path = Path(run_dir) / "metrics.jsonl"
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of a JSONL file ([] when it is missing); a torn last line (a killed run) is skipped, not fatal."""
+    path = Path(path)
     if not path.is_file():
-        raise RagenError(f"{str(run_dir)!r} is not a run folder (no metrics.jsonl)")
+        return []
     rows = []
     for line in path.read_text().splitlines():
         try:
@@ -43,6 +43,13 @@ def read_metrics(run_dir: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return rows
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The rows of a run folder's ``metrics.jsonl``."""
+    if not (Path(run_dir) / "metrics.jsonl").is_file():
+        raise RagenError(f"{str(run_dir)!r} is not a run folder (no metrics.jsonl)")
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
 
 
 def series(rows: list[dict], metric: str) -> tuple[list[int], list[float]]:

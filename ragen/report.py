@@ -57,18 +57,6 @@ def _config(run_dir: Path) -> dict:
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line of a killed run: skip it
-            continue
-    return rows
-
-
 def _user_text(text: str) -> str:
     """The env's observation inside a chat-formatted prompt: the last user message (ChatML), else the whole text."""
     start = text.rfind("<|im_start|>user\n")
@@ -145,7 +133,7 @@ def read_run(run_dir: Path, decode: Decode | None = None) -> dict:
         raise RagenError(f"{str(run_dir)!r} is not a run or eval folder (no metrics.jsonl or trajectories.jsonl)")
     decode = decode or find_decoder(run_dir)
     strings = _Strings()
-    rows = _read_jsonl(run_dir / "trajectories.jsonl") + _read_jsonl(run_dir / "val_trajectories.jsonl")
+    rows = plot.read_jsonl(run_dir / "trajectories.jsonl") + plot.read_jsonl(run_dir / "val_trajectories.jsonl")
     eval_metrics = run_dir / "metrics.json"
     return {"name": run_dir.resolve().name, "dir": str(run_dir),
             "metrics": plot.read_metrics(run_dir) if has_log else [],

@@ -152,6 +152,16 @@ def test_eval_folder_report_shows_its_metrics_and_trajectories(tmp_path):
     assert page_data(page)[0]["trajectories"][0]["turns"][0]["answer"] == "Right"
 
 
+def test_a_torn_last_line_of_a_killed_run_is_skipped(two_runs, tmp_path):
+    run = two_runs[0]
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "rollout/succ')
+    with open(run / "trajectories.jsonl", "a") as f:
+        f.write('{"step": 3, "env_na')
+    data = report.read_run(run, decode)
+    assert len(data["metrics"]) == 7 and len(data["trajectories"]) == 10
+
+
 def test_report_of_a_folder_without_run_files_is_a_one_line_error(tmp_path):
     proc = subprocess.run(ragen_cmd("report", str(tmp_path)), capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
