@@ -1,8 +1,11 @@
 """The FrozenLake environment: RAGEN's random lakes, gymnasium's dynamics, a plain-text renderer.
 
-Dynamics are a real ``gymnasium.envs.toy_text.frozen_lake.FrozenLakeEnv`` built on the generated map and reset with
-the episode's noise seed (``Env.noise_rng``), so slips follow gymnasium's ``P`` table exactly: the intended direction
-with probability ``success_rate``, each perpendicular one with ``(1 - success_rate) / 2``.
+Dynamics are gymnasium's: each reset builds a real ``gymnasium.envs.toy_text.frozen_lake.FrozenLakeEnv`` on the
+generated map and resets it with the episode's noise seed (``Env.noise_rng``). Steps read that env's ``P`` table and
+its ``np_random`` the way its own ``step`` does (one uniform draw, the first outcome whose cumulative probability
+exceeds it), so slips follow ``P`` exactly: the intended direction with probability ``success_rate``, each
+perpendicular one with ``(1 - success_rate) / 2``. Stepping without gymnasium's per-step numpy work and rendering
+from a per-cell cache makes a step faster than gymnasium's own step + ansi render (``bench/frozenlake_step.py``).
 """
 
 from typing import Any
@@ -50,43 +53,52 @@ class FrozenLakeConfig(EnvConfig):
 SYMBOLS = {"player": "P", "frozen": "_", "hole": "O", "goal": "G", "player_in_hole": "X", "player_on_goal": "√"}
 
 
+class LakeText:
+    """The observation text of one lake in one format. The rows of symbols and the coordinate lines without the player
+    are built once per lake; an observation only places the player (the env renders on every step)."""
+
+    def __init__(self, lake: LakeMap, observation_format: str = "grid_coord") -> None:
+        self.lake, self.observation_format = lake, observation_format
+        self.rows = [
+            "".join(SYMBOLS["hole"] if ch == HOLE else SYMBOLS["goal"] if ch == GOAL else SYMBOLS["frozen"] for ch in row)
+            for row in lake.desc
+        ]
+        n = lake.size
+        self.head = f"Board size: {n} rows x {n} cols (zero-indexed).\nStart: {_fmt(lake.start)}\nGoal: {_fmt(lake.goal)}\n"
+        self.tail = "\nHoles: " + ", ".join(_fmt(h) for h in lake.holes) if lake.holes else ""
+
+    def grid(self, player: tuple[int, int]) -> str:
+        """Rows of symbols, no spaces: ``P`` player, ``_`` frozen (start too), ``O`` hole, ``G`` goal, ``X``/``√``."""
+        r, c = player
+        ch = self.lake.desc[r][c]
+        symbol = SYMBOLS["player_in_hole" if ch == HOLE else "player_on_goal" if ch == GOAL else "player"]
+        row = self.rows[r]
+        return "\n".join([*self.rows[:r], row[:c] + symbol + row[c + 1 :], *self.rows[r + 1 :]])
+
+    def coord(self, player: tuple[int, int]) -> str:
+        """``Board size``, ``Start``, ``Goal``, the player line, then ``Holes`` (omitted when there are none)."""
+        ch = self.lake.desc[player[0]][player[1]]
+        label = "Player in hole" if ch == HOLE else "Player on goal" if ch == GOAL else "Player"
+        return f"{self.head}{label}: {_fmt(player)}{self.tail}"
+
+    def __call__(self, player: tuple[int, int]) -> str:
+        if self.observation_format == "grid":
+            return self.grid(player)
+        if self.observation_format == "coord":
+            return self.coord(player)
+        return "Coordinates: \n" + self.coord(player) + "\nGrid Map: \n" + self.grid(player)
+
+
 def render_grid(lake: LakeMap, player: tuple[int, int]) -> str:
-    """Rows of symbols, no spaces: ``P`` player, ``_`` frozen (start too), ``O`` hole, ``G`` goal, ``X``/``√``."""
-    rows = []
-    for r, row in enumerate(lake.desc):
-        cells = []
-        for c, ch in enumerate(row):
-            if (r, c) == player:
-                key = "player_in_hole" if ch == HOLE else "player_on_goal" if ch == GOAL else "player"
-            else:
-                key = "hole" if ch == HOLE else "goal" if ch == GOAL else "frozen"
-            cells.append(SYMBOLS[key])
-        rows.append("".join(cells))
-    return "\n".join(rows)
+    return LakeText(lake).grid(player)
 
 
 def render_coord(lake: LakeMap, player: tuple[int, int]) -> str:
-    """``Board size``, ``Start``, ``Goal``, the player line, then ``Holes`` (omitted when there are none)."""
-    n = lake.size
-    ch = lake.desc[player[0]][player[1]]
-    label = "Player in hole" if ch == HOLE else "Player on goal" if ch == GOAL else "Player"
-    lines = [
-        f"Board size: {n} rows x {n} cols (zero-indexed).",
-        f"Start: {_fmt(lake.start)}",
-        f"Goal: {_fmt(lake.goal)}",
-        f"{label}: {_fmt(player)}",
-    ]
-    if lake.holes:
-        lines.append("Holes: " + ", ".join(_fmt(h) for h in lake.holes))
-    return "\n".join(lines)
+    return LakeText(lake).coord(player)
 
 
 def render_observation(lake: LakeMap, player: tuple[int, int], observation_format: str) -> str:
-    if observation_format == "grid":
-        return render_grid(lake, player)
-    if observation_format == "coord":
-        return render_coord(lake, player)
-    return "Coordinates: \n" + render_coord(lake, player) + "\nGrid Map: \n" + render_grid(lake, player)
+    return LakeText(lake, observation_format)(player)
 
 
 def _fmt(cell: tuple[int, int]) -> str:
@@ -114,6 +126,9 @@ class FrozenLakeEnv(Env):
         self.steps = 0  #: env.step calls since reset (the core spends one unit of budget on each)
         self._gym: GymFrozenLake | None = None
         self._T: np.ndarray | None = None
+        self._s = 0  #: the player's state index (row * size + col)
+        self._obs: dict[int, str] = {}  #: state index -> observation, filled as the player visits cells
+        self._action_index = {name.lower(): i for i, name in enumerate(ACTIONS)}
 
     # ---- text from the live config ------------------------------------------------------------------------------
     @staticmethod
@@ -154,7 +169,14 @@ class FrozenLakeEnv(Env):
     @property
     def state(self) -> int:
         """gymnasium's state index of the player (row * size + col)."""
-        return int(self._require().s)
+        self._require()
+        return self._s
+
+    @state.setter
+    def state(self, s: int) -> None:
+        """Put the player on state ``s`` (oracle access for experts' tests)."""
+        self._require()
+        self._s = int(s)
 
     @property
     def position(self) -> tuple[int, int]:
@@ -212,7 +234,10 @@ class FrozenLakeEnv(Env):
         self._gym = GymFrozenLake(
             render_mode=None, desc=list(self.lake.desc), is_slippery=cfg.success_rate < 1.0, success_rate=cfg.success_rate
         )
-        self._gym.reset(seed=int(self.noise_rng().integers(2**63 - 1)))
+        self._gym.reset(seed=int(self.noise_rng().integers(2**63 - 1)))  # also gymnasium's draw of the start
+        self._s = int(self._gym.s)
+        self._goal = self.lake.goal[0] * cfg.size + self.lake.goal[1]
+        self._obs, self._text = {}, LakeText(self.lake, cfg.observation_format)
         self._T = None
         self.steps = 0
         assert self.position == self.lake.start, "gymnasium started elsewhere than the 'S' cell"
@@ -220,20 +245,35 @@ class FrozenLakeEnv(Env):
 
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.steps += 1
-        name = self.canonical_action(action)
+        a = self._action_index.get(action.lower())
         truncated = self.config.max_steps is not None and self.steps >= self.config.max_steps
-        if name is None:  # unknown text: a no-op that earns nothing
+        if a is None:  # unknown text: a no-op that earns nothing
             info = {"success": False, "action_is_valid": False, "action_is_effective": False}
             return self._render(), 0.0, False, truncated, info
-        before = self.state
-        after, reward, terminated, _, _ = self._gym.step(ACTIONS.index(name))
-        r, c = divmod(int(after), self.lake.size)
-        success = self.lake.desc[r][c] == GOAL
-        info = {"success": success, "action_is_valid": True, "action_is_effective": int(after) != before}
+        before = self._s
+        _, after, reward, terminated = self._sample(self._gym.P[before][a])
+        self._s = after
+        info = {"success": after == self._goal, "action_is_valid": True, "action_is_effective": after != before}
         return self._render(), float(reward), bool(terminated), truncated and not terminated, info
 
+    def _sample(self, outcomes: list[tuple]) -> tuple:
+        """gymnasium's ``categorical_sample`` on ``P[s][a]``: one uniform draw from its ``np_random``, the first
+        outcome whose cumulative probability exceeds it (none: the first, as ``argmax`` of all-False). A single
+        outcome needs no draw (no later outcome depends on the stream: the map has no other randomness)."""
+        if len(outcomes) == 1:
+            return outcomes[0]
+        u, total = self._gym.np_random.random(), 0.0
+        for outcome in outcomes:
+            total += outcome[0]
+            if total > u:
+                return outcome
+        return outcomes[0]
+
     def _render(self) -> str:
-        return render_observation(self.lake, self.position, self.config.observation_format)
+        obs = self._obs.get(self._s)
+        if obs is None:
+            obs = self._obs[self._s] = self._text(divmod(self._s, self.lake.size))
+        return obs
 
     def _close(self) -> None:
         if self._gym is not None:

@@ -149,6 +149,29 @@ def test_sampled_transitions_match_table(rate):
     env.close()
 
 
+@pytest.mark.parametrize("rate", [1.0, 0.8, 1 / 3])
+def test_steps_match_gymnasiums_own_step(rate):
+    """Our step (P table + the env's np_random) gives exactly the states, rewards and ends of gymnasium's step on the
+    same map and noise seed."""
+    from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
+
+    env = make(rate)
+    moves = ["Left", "Down", "Right", "Up"]
+    for seed in range(40):
+        for rollout in range(3):
+            env.reset(seed=seed, options={"rollout_index": rollout})
+            gym = GymFrozenLake(desc=list(env.lake.desc), is_slippery=rate < 1, success_rate=rate)
+            gym.reset(seed=int(env.noise_rng().integers(2**63 - 1)))
+            for i in range(10):
+                action = moves[(seed * 7 + rollout * 3 + i * (i + 1)) % 4]
+                _, reward, term, _, _ = env.step(action)
+                s, gym_reward, gym_term, _, _ = gym.step(moves.index(action))
+                assert (env.state, reward, term) == (int(s), float(gym_reward), bool(gym_term)), (seed, rollout, i)
+                if term:
+                    break
+    env.close()
+
+
 def test_deterministic_moves_and_effectiveness():
     env = make(1.0)
     env.reset(seed=10000)  # open 4x4 lake, start (3, 1), goal (3, 0)
@@ -178,7 +201,7 @@ def test_hole_ends_the_episode():
     # put the player next to the hole through gymnasium's state (oracle access), then step into it
     nr, nc = next((hole[0] - dr, hole[1] - dc) for dr, dc in MOVES if 0 <= hole[0] - dr < 4 and 0 <= hole[1] - dc < 4
                   and env.lake.desc[hole[0] - dr][hole[1] - dc] in "FS")
-    env.gym_env.s = nr * 4 + nc
+    env.state = nr * 4 + nc
     action = ["Left", "Down", "Right", "Up"][MOVES.index((hole[0] - nr, hole[1] - nc))]
     obs, reward, term, trunc, info = env.step(action)
     assert (reward, term, trunc, info["success"]) == (0.0, True, False, False)
@@ -281,11 +304,11 @@ def test_deterministic_expert_solves_every_map_within_budget():
 def test_deterministic_expert_tie_break():
     env = make(1.0)
     env.reset(seed=10000)
-    env.gym_env.s = 0  # (0, 0) -> goal (3, 0): straight down
+    env.state = 0  # (0, 0) -> goal (3, 0): straight down
     assert env.expert.plan(env) == ["Down", "Down", "Down"]
-    env.gym_env.s = 3 * 4 + 3  # (3, 3) -> (3, 0): Left first
+    env.state = 3 * 4 + 3  # (3, 3) -> (3, 0): Left first
     assert env.expert.plan(env) == ["Left", "Left", "Left"]
-    env.gym_env.s = 2 * 4 + 1  # (2, 1): Left then Down beats Down then Left
+    env.state = 2 * 4 + 1  # (2, 1): Left then Down beats Down then Left
     assert env.expert.plan(env) == ["Left", "Down"]
 
 
