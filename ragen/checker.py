@@ -10,9 +10,10 @@ from collections.abc import Callable
 import attrs
 from gymnasium.utils import env_checker as gym_checker
 
-from ragen.components import make_env
+from ragen.components import component_config, make_env
 from ragen.env import INFO_BOOLS, Env
 from ragen.episode import Episode
+from ragen.plugins import get_registry
 
 
 @attrs.frozen
@@ -32,7 +33,11 @@ def _expect(cond: bool, msg: str) -> None:
 
 
 def check_env(name: str, *, seeds: int = 10, expert_episodes: int = 20, **options) -> list[Check]:
-    """Run every contract check on a fresh instance of ``name``; returns one ``Check`` per check."""
+    """Run every contract check on a fresh instance of ``name``; returns one ``Check`` per check.
+
+    Bad ``options`` (an unknown key, a value out of range) raise one ``ConfigError`` naming the option, before any
+    check runs: they are the caller's mistake, not six failures of the env."""
+    component_config(get_registry("env").get(name), options, path=name)
 
     def new() -> Env:
         return make_env(name, **options)

@@ -6,8 +6,10 @@ naming the key path (``trainer.steps: expected int, got 'x'``) and, for unknown 
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +17,7 @@ import attrs
 import cattrs
 import yaml
 
+from ragen.algorithm import AlgorithmPreset
 from ragen.env import option
 from ragen.errors import ConfigError, did_you_mean
 
@@ -30,7 +33,7 @@ def structure(cls: type[T], data: Any, path: str = "") -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
     try:
-        return converter.structure(data, cls)
+        obj = converter.structure(data, cls)
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc}" if path else str(exc)) from None
     except cattrs.BaseValidationError as exc:
@@ -40,13 +43,15 @@ def structure(cls: type[T], data: Any, path: str = "") -> T:
         raise ConfigError("; ".join(_messages(exc, cls, path, data))) from None
     except (TypeError, ValueError) as exc:  # validators of attrs classes
         raise ConfigError(f"{path or 'config'}: {exc}") from None
+    check_values(obj, path)
+    return obj
 
 
 def _config_error(exc: BaseException, prefix: str = "") -> ConfigError | None:
     """The first ConfigError a section's own validator raised, its key prefixed with the section path that cattrs
     noted on the way up (``trainer.zero_stage: ...``)."""
-    if isinstance(exc, ConfigError):
-        return ConfigError(prefix + str(exc)) if prefix else exc
+    if isinstance(exc, ConfigError) or _validator_error(exc):
+        return ConfigError(prefix + str(exc)) if prefix else ConfigError(str(exc))
     for sub in getattr(exc, "exceptions", ()):
         names = [note.name for note in getattr(sub, "__notes__", ()) if isinstance(getattr(note, "name", None), str)]
         found = _config_error(sub, prefix + "".join(f"{n}." for n in names[:1]))
@@ -55,13 +60,18 @@ def _config_error(exc: BaseException, prefix: str = "") -> ConfigError | None:
     return None
 
 
+def _validator_error(exc: BaseException) -> bool:
+    """An attrs validator's ``ValueError("key: must be ..., got ...")`` (algorithm presets word theirs this way)."""
+    return type(exc) is ValueError and bool(re.match(r"\w+: ", str(exc)))
+
+
 _AT = re.compile(r"^(?P<msg>.*) @ \$(?P<path>.*)$")
 _EXTRA = re.compile(r"extra fields found \((?P<keys>[^)]*)\)")
 
 
 def _messages(exc: cattrs.BaseValidationError, cls: type, path: str, data: dict) -> list[str]:
     out = []
-    for line in cattrs.transform_error(exc, path="$"):
+    for line in cattrs.transform_error(exc, path="$", format_exception=_format_exception):
         m = _AT.match(line)
         msg, where = (m["msg"], m["path"]) if m else (line, "")
         where = (path + where) if path else where.lstrip(".")
@@ -96,6 +106,101 @@ def _class_at(cls: type, dotted: str) -> type | None:
             return None
         cls = fields[part].type
     return cls
+
+
+def _format_exception(exc: BaseException, type_: Any) -> str:
+    return str(exc) if isinstance(exc, BadValue) else cattrs.v.format_exception(exc, type_)
+
+
+# ---- strict scalars: YAML's `maybe` is not a bool, 1.9 is not an int, nan is not a learning rate ------------------
+class BadValue(ValueError):
+    """A scalar of the wrong kind; the message says what was expected (the key and value are added around it)."""
+
+
+def _int(value: Any, _: type) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadValue("expected int")
+    return value
+
+
+def _float(value: Any, _: type) -> float:
+    if isinstance(value, str):  # YAML reads 1e-5 (no dot) as a string
+        try:
+            value = float(value)
+        except ValueError:
+            raise BadValue("expected float") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadValue("expected float")
+    if not math.isfinite(value):
+        raise BadValue("expected float (finite)")
+    return float(value)
+
+
+def _bool(value: Any, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise BadValue("expected bool")
+    return value
+
+
+def _str(value: Any, _: type) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # a bare 2024 may name a run
+        raise BadValue("expected str")
+    return str(value)
+
+
+def _tuple(value: Any, type_: Any) -> tuple:
+    """A list for a tuple field: a string or a mapping would become a tuple of its characters or keys."""
+    if not isinstance(value, (list, tuple)):
+        raise BadValue("expected a list")
+    args = typing.get_args(type_)
+    if not args:
+        return tuple(value)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(converter.structure(v, args[0]) for v in value)
+    if len(value) != len(args):
+        raise BadValue(f"expected a list of {len(args)}")
+    return tuple(converter.structure(v, t) for v, t in zip(value, args))
+
+
+for _type, _hook in ((int, _int), (float, _float), (bool, _bool), (str, _str)):
+    converter.register_structure_hook(_type, _hook)
+converter.register_structure_hook_func(lambda t: t is tuple or typing.get_origin(t) is tuple, _tuple)
+
+
+@attrs.frozen
+class Range:
+    """The values a numeric field allows: an interval (``lo``/``hi``, open or closed, None = unbounded) plus
+    special values outside it (``also``, e.g. 0 = off, -1 = all)."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    also: tuple = ()
+
+    def __contains__(self, value: float) -> bool:
+        if value in self.also:
+            return True
+        if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+            return False
+        return self.hi is None or (value < self.hi if self.hi_open else value <= self.hi)
+
+    def __str__(self) -> str:
+        if self.lo is not None and self.hi is not None:
+            text = f"in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        elif self.lo is not None:
+            text = f"{'>' if self.lo_open else '>='} {self.lo:g}"
+        else:
+            text = f"{'<' if self.hi_open else '<='} {self.hi:g}"
+        return " or ".join([*(f"{v:g}" for v in self.also), text])
+
+
+POSITIVE = Range(0, lo_open=True)
+NON_NEGATIVE = Range(0)
+AT_LEAST_1 = Range(1)
+FRACTION = Range(0, 1, lo_open=True)  # (0, 1]
+PROBABILITY = Range(0, 1)  # [0, 1]
+SEED = Range(0, 2**32 - 1)  # numpy's seed range
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -186,6 +291,8 @@ class TrainerSection:
     test_freq: int = option(5, "Validate every N steps and before training (RAGEN 10); 0 = only before and after.")
     format_penalty: float = option(-0.1, "Added to the trajectory score once per turn with a format violation (RAGEN -0.1).")
     max_steps_wall_s: float = option(0.0, "Stop after this many seconds of training (0 = no limit); the run still checkpoints and exports.")
+    max_skipped_updates: int = option(5, "Stop the run (checkpoint, export, one-line error) after this many consecutive "
+                                      "updates skipped for a non-finite loss or gradient.")
 
     def __attrs_post_init__(self) -> None:
         if self.threads < 0:
@@ -283,21 +390,110 @@ class RunConfig:
     logging: LoggingSection = option(factory=LoggingSection, doc="Outputs.")
 
 
+# ---- ranges and choices, checked by structure() after every load (the meta-test demands one for every number) ----
+RANGES: dict[type, dict[str, Range]] = {
+    ModelConfig: {"lora_rank": NON_NEGATIVE, "lora_alpha": AT_LEAST_1, "lora_dropout": Range(0, 1, hi_open=True)},
+    RolloutSection: {
+        "n_groups": AT_LEAST_1, "group_size": AT_LEAST_1, "n_val_groups": AT_LEAST_1, "temperature": POSITIVE,
+        "top_p": FRACTION, "val_temperature": NON_NEGATIVE, "max_model_len": AT_LEAST_1, "response_length": NON_NEGATIVE,
+        "max_batch": AT_LEAST_1, "vllm_memory_fraction": FRACTION, "vllm_kv_cache_gb": NON_NEGATIVE,
+        "sync_check_tol": NON_NEGATIVE, "tis_cap": NON_NEGATIVE,
+    },
+    TrainerSection: {
+        "steps": AT_LEAST_1, "seed": SEED, "zero_stage": Range(0, 2), "actor_lr": POSITIVE, "critic_lr": POSITIVE,
+        "weight_decay": NON_NEGATIVE, "grad_clip": NON_NEGATIVE, "ppo_mini_batch_size": AT_LEAST_1,
+        "micro_batch_size": AT_LEAST_1, "micro_batch_tokens": NON_NEGATIVE, "threads": NON_NEGATIVE,
+        "ppo_epochs": AT_LEAST_1, "logprob_chunk": AT_LEAST_1, "value_clip": POSITIVE, "save_freq": NON_NEGATIVE,
+        "test_freq": NON_NEGATIVE, "format_penalty": Range(hi=0), "max_steps_wall_s": NON_NEGATIVE,
+        "max_skipped_updates": AT_LEAST_1,
+    },
+    WarmstartSection: {"seed": SEED, "episodes": AT_LEAST_1, "noise": PROBABILITY, "epochs": AT_LEAST_1, "lr": POSITIVE,
+                       "batch_size": AT_LEAST_1},
+    EarlyStopSection: {"empty_stop_steps": NON_NEGATIVE, "rv_baseline_steps": NON_NEGATIVE, "rv_patience": AT_LEAST_1,
+                       "rv_ratio": PROBABILITY, "val_min_success": PROBABILITY, "val_patience": NON_NEGATIVE},
+    CollapseSection: {"compute_freq": AT_LEAST_1, "num_samples": Range(2), "micro_batch_size": AT_LEAST_1,
+                      "h_threshold": NON_NEGATIVE, "i_threshold": NON_NEGATIVE},
+    LoggingSection: {"save_trajectories": Range(0, also=(-1,)), "report_every": NON_NEGATIVE},
+    AlgorithmPreset: {"clip_ratio_low": Range(0, 1, lo_open=True, hi_open=True), "clip_ratio_high": POSITIVE,
+                      "clip_ratio_c": Range(1, lo_open=True), "log_ratio_clamp": POSITIVE, "entropy_coef": NON_NEGATIVE,
+                      "kl_coef": NON_NEGATIVE, "kl_reward_coef": NON_NEGATIVE, "kl_target": POSITIVE,
+                      "kl_horizon": AT_LEAST_1},
+}
+
+#: string fields with a closed set of values (a pattern for trainer.device)
+CHOICES: dict[type, dict[str, tuple[str, ...] | re.Pattern]] = {
+    ModelConfig: {"dtype": ("auto", "float32", "bfloat16", "float16"),
+                  "attn_implementation": ("auto", "eager", "sdpa", "flash_attention_2")},
+    RolloutSection: {"engine": ("hf", "vllm", "expert"), "compat": ("", "ragen")},
+    TrainerSection: {"device": re.compile(r"auto|cpu|mps|cuda(:\d+)?")},
+    WarmstartSection: {"mode": ("auto", "always", "never")},
+}
+
+
+def check_values(obj: Any, path: str = "") -> None:
+    """Raise a one-line ``ConfigError`` (full key, value, what is allowed) for the first value of an attrs config tree
+    outside its field's range or choices."""
+    if not attrs.has(type(obj)):
+        return
+    ranges, choices = RANGES.get(type(obj), {}), CHOICES.get(type(obj), {})
+    for f in attrs.fields(type(obj)):
+        value, key = getattr(obj, f.name), f"{path}.{f.name}" if path else f.name
+        if attrs.has(type(value)):
+            check_values(value, key)
+        elif value is not None and f.name in ranges and value not in ranges[f.name]:
+            raise ConfigError(f"{key}: must be {ranges[f.name]}, got {value!r}")
+        elif f.name in choices and not _allowed(value, choices[f.name]):
+            allowed = choices[f.name]
+            shown = allowed.pattern if isinstance(allowed, re.Pattern) else ", ".join(map(repr, allowed))
+            raise ConfigError(f"{key}: expected one of {shown}, got {value!r}")
+
+
+def _allowed(value: str, allowed: tuple[str, ...] | re.Pattern) -> bool:
+    return bool(allowed.fullmatch(value)) if isinstance(allowed, re.Pattern) else value in allowed
+
+
 def read_file(path: str | Path) -> dict:
     """Read a YAML or TOML config file into a dict."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}); give a YAML or TOML file") from None
+    if "\0" in text:
+        raise ConfigError(f"config file {str(path)!r} is binary (it holds NUL bytes); give a YAML or TOML file")
+    kind = path.suffix.lstrip(".") or "YAML"
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}") from None
+        raise ConfigError(f"config file {str(path)!r} is not valid {kind}: {_one_line(exc)}") from None
+    except RecursionError:  # the YAML parser recurses per nesting level
+        raise ConfigError(f"config file {str(path)!r}: nested more than Python's recursion limit allows") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(path)!r}: expected a mapping at the top level")
+    _check_depth(data, f"config file {str(path)!r}")
     return data
+
+
+MAX_DEPTH = 32  # a run config nests 3-4 levels; env options a few more
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Refuse absurd nesting up front (iteratively), before the recursive merge and structuring see it."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
@@ -311,6 +507,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
+        except RecursionError:
+            raise ConfigError(f"override {key.strip()}: value nested more than Python's recursion limit allows") from None
+        _check_depth(value, f"override {key.strip()}")
         node = data
         parts = key.strip().split(".")
         for part in parts[:-1]:

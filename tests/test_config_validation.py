@@ -1,0 +1,180 @@
+"""Config validation at load time (issue 16.4): every field rejects a bad value of its type with one line naming the
+full key, the value and what is allowed; bad files and absurd nesting give one line; `ragen run` stops before any
+model is built."""
+
+import math
+import subprocess
+import typing
+
+import attrs
+import pytest
+
+from conftest import ragen_cmd
+from ragen.algorithm import AlgorithmPreset
+from ragen.config import CHOICES, RANGES, RunConfig, load_config, structure
+from ragen.errors import ConfigError
+
+
+def _leaves(cls, prefix=""):
+    """(full key, owning class, attrs field) of every leaf field under ``cls``."""
+    for f in attrs.fields(attrs.resolve_types(cls)):
+        key = prefix + f.name
+        if isinstance(f.type, type) and attrs.has(f.type):
+            yield from _leaves(f.type, key + ".")
+        else:
+            yield key, cls, f
+
+
+def _scalar(tp):
+    """The scalar type of a field: ``float | None`` -> float; containers -> their origin."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        return args[0]
+    return typing.get_origin(tp) or tp
+
+
+#: a wrong-kind value for each field type (each must be rejected whatever the field)
+WRONG_KIND = {
+    int: [1.9, 2.0, True, "many", None, [1]],
+    float: ["fast", True, math.nan, math.inf, [0.1], None],
+    bool: ["maybe", 1, 0, "yes please", None],
+    str: [[1], {"a": 1}, True, None],
+    dict: ["x", 3, [1, 2]],
+    tuple: [5, {"a": 1}],
+}
+
+FIELDS = [*_leaves(RunConfig), *((f"algo.options.{k}", c, f) for k, c, f in _leaves(AlgorithmPreset))]
+
+
+def _load(key, value):
+    """Load a config with ``key`` set to ``value`` (algo.options through the trainer's preset structuring)."""
+    if key.startswith("algo.options."):
+        from ragen.config import converter
+
+        base = converter.unstructure(AlgorithmPreset(estimator="grpo"))
+        return structure(AlgorithmPreset, {**base, key.rsplit(".", 1)[1]: value}, path="algo.options")
+    data: dict = {}
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return load_config(base=data)
+
+
+def _out_of_range(rng, kind):
+    """Values of the field's own type just outside its range."""
+    cands = []
+    for edge in (rng.lo, rng.hi):
+        if edge is not None:
+            cands += [edge - 1, edge + 1, edge - 0.5, edge + 0.5, edge - 2, edge]
+    cands = [kind(c) for c in cands if kind is float or float(c).is_integer()]
+    return [c for c in cands if c not in rng]
+
+
+@pytest.mark.parametrize("key, owner, field", FIELDS, ids=[k for k, _, _ in FIELDS])
+def test_every_field_rejects_a_bad_value(key, owner, field):
+    kind = _scalar(field.type)
+    kind = {list: tuple, typing.Any: str}.get(kind, kind)
+    assert kind in WRONG_KIND, f"{key}: no bad values known for {field.type}"
+    bad = [v for v in WRONG_KIND[kind] if not (v is None and type(None) in typing.get_args(field.type))]
+    if kind in (int, float):
+        rng = RANGES.get(owner, {}).get(field.name)
+        assert rng is not None, f"{key}: a numeric field needs a range in ragen.config.RANGES"
+        outside = _out_of_range(rng, kind)
+        assert outside, f"{key}: range {rng} is unbounded; say why in a test if that is right"
+        bad += outside
+    if kind is str and field.name in CHOICES.get(owner, {}):
+        bad.append("no-such-choice")
+    for value in bad:
+        with pytest.raises(ConfigError) as exc:
+            _load(key, value)
+        msg = str(exc.value)
+        assert "\n" not in msg and msg.startswith(key), f"{key}={value!r}: {msg}"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.steps=0", "trainer.steps: must be >= 1, got 0"),
+        ("trainer.steps=-1", "trainer.steps: must be >= 1, got -1"),
+        ("trainer.steps=1.9", "trainer.steps: expected int, got 1.9"),
+        ("trainer.actor_lr=-1", "trainer.actor_lr: must be > 0, got -1.0"),
+        ("trainer.micro_batch_size=0", "trainer.micro_batch_size: must be >= 1, got 0"),
+        ("rollout.max_model_len=0", "rollout.max_model_len: must be >= 1, got 0"),
+        ("rollout.temperature=-1", "rollout.temperature: must be > 0, got -1.0"),
+        ("rollout.group_size=0", "rollout.group_size: must be >= 1, got 0"),
+        ("rollout.n_groups=0", "rollout.n_groups: must be >= 1, got 0"),
+        ("rollout.top_p=0", "rollout.top_p: must be in (0, 1], got 0.0"),
+        ("logging.wandb=maybe", "logging.wandb: expected bool, got 'maybe'"),
+        ("logging.save_trajectories=-2", "logging.save_trajectories: must be -1 or >= 0, got -2"),
+        ("trainer.actor_lr=.nan", "trainer.actor_lr: expected float (finite), got nan"),
+        ("model.dtype=fp8", "model.dtype: expected one of 'auto', 'float32', 'bfloat16', 'float16', got 'fp8'"),
+    ],
+)
+def test_the_issue_examples_name_key_value_and_range(override, message):
+    with pytest.raises(ConfigError) as exc:
+        load_config(overrides=[override])
+    assert str(exc.value) == message
+
+
+def test_good_values_still_load():
+    cfg = load_config(overrides=["trainer.actor_lr=1e-5", "trainer.device=cuda:1", "logging.save_trajectories=-1",
+                                 "logging.name=2024", "rollout.val_temperature=0", "collapse.h_threshold=0.5"])
+    assert cfg.trainer.actor_lr == 1e-5 and cfg.logging.name == "2024" and cfg.collapse.h_threshold == 0.5
+
+
+def test_binary_and_absurdly_nested_files_give_one_line(tmp_path):
+    binary = tmp_path / "c.yaml"
+    binary.write_bytes(bytes(range(256)) * 4)
+    nul = tmp_path / "nul.yaml"
+    nul.write_bytes(b"trainer:\n  steps: 3\x00\n")
+    deep_flow = tmp_path / "deep.yaml"
+    deep_flow.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    deep_block = tmp_path / "block.yaml"
+    deep_block.write_text("".join(" " * i + "k:\n" for i in range(5000)))
+    moderately_deep = tmp_path / "mid.yaml"
+    moderately_deep.write_text("env:\n  options:\n    x: " + "[" * 40 + "]" * 40 + "\n")
+    for path, words in ((binary, "not UTF-8 text"), (nul, "binary"), (deep_flow, "nested"), (deep_block, "nested"),
+                        (moderately_deep, "nested deeper than 32 levels")):
+        with pytest.raises(ConfigError) as exc:
+            load_config(path)
+        assert "\n" not in str(exc.value) and words in str(exc.value), str(exc.value)
+    with pytest.raises(ConfigError, match="override trainer.steps: value nested"):
+        load_config(overrides=["trainer.steps=" + "[" * 5000])
+
+
+RUN_EXAMPLES = [
+    ("trainer.steps=0", "trainer.steps: must be >= 1, got 0"),
+    ("trainer.steps=-1", "trainer.steps: must be >= 1, got -1"),
+    ("trainer.actor_lr=-1", "trainer.actor_lr: must be > 0, got -1.0"),
+    ("trainer.micro_batch_size=0", "trainer.micro_batch_size: must be >= 1, got 0"),
+    ("rollout.max_model_len=0", "rollout.max_model_len: must be >= 1, got 0"),
+    ("rollout.temperature=-1", "rollout.temperature: must be > 0, got -1.0"),
+    ("rollout.group_size=0", "rollout.group_size: must be >= 1, got 0"),
+    ("rollout.n_groups=0", "rollout.n_groups: must be >= 1, got 0"),
+    ("logging.wandb=maybe", "logging.wandb: expected bool, got 'maybe'"),
+    ("trainer.steps=1.9", "trainer.steps: expected int, got 1.9"),
+]
+
+
+def test_ragen_run_prints_one_line_and_builds_nothing(tmp_path):
+    """Each example in its own `ragen run` process (started together: the machine is the bottleneck, not the order);
+    each exits non-zero with exactly one line and leaves the run folder parent empty: no model was built."""
+    runs = tmp_path / "runs"
+    procs = [(msg, subprocess.Popen(ragen_cmd("run", "--env", "frozenlake", ov, f"logging.run_dir={runs}"),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+             for ov, msg in RUN_EXAMPLES]
+    for msg, proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode != 0
+        assert err.strip() == f"Error: {msg}", err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_check_env_names_an_unknown_option():
+    res = subprocess.run(ragen_cmd("check-env", "frozenlake", "-o", "bogus=1"), capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode != 0
+    assert res.stderr.strip().startswith("Error: frozenlake.bogus: unknown key"), res.stderr
+    assert "check(s) failed" not in res.stderr + res.stdout
