@@ -5,7 +5,7 @@ API (JSON in and out; every error is JSON ``{"error": message}`` with a 4xx stat
 * ``POST /retrieve`` ``{"query": str, "top_k": int}`` -> ``{"results": [{"id", "content", "score"}]}``, sorted by
   score, ties by id. ``top_k`` defaults to 5, at most 50; the query is a non-empty string of at most 2,000
   characters. Bad JSON, a wrong type or an out-of-range value -> 400; no ``Content-Length`` -> 411; a body over
-  1 MiB -> 413.
+  1 MiB -> 413. Any other method -> 405 with ``Allow``; an unknown path -> 404. No input gets a 5xx.
 * ``GET /health`` -> ``{"status": "ok", "num_docs": N, "index": "bm25s"}``.
 
 Standalone: ``python -m ragen_searchqa.server --corpus corpus.jsonl --port 8000`` (a JSONL corpus of ``{id, title,
@@ -32,6 +32,7 @@ DEFAULT_TOP_K = 5
 MAX_TOP_K = 50
 MAX_QUERY_CHARS = 2000
 MAX_BODY_BYTES = 1 << 20
+ROUTE_METHODS = {"/health": "GET", "/retrieve": "POST"}  #: the Allow header of a 405
 
 
 class BadRequest(Exception):
@@ -44,7 +45,9 @@ def parse_retrieve_request(body: bytes) -> tuple[str, int]:
     """``(query, top_k)`` from a ``/retrieve`` body, or ``BadRequest(400, why)``."""
     try:
         payload = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:  # e.g. a 100k-deep array: Python's parser recurses per level
+        raise BadRequest(400, "malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # bad UTF-8, bad JSON, an integer past Python's digit limit
         raise BadRequest(400, f"malformed JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise BadRequest(400, "the body must be a JSON object {\"query\": str, \"top_k\": int}")
@@ -69,17 +72,12 @@ class RetrievalHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         if self.path == "/health":
             self._json(200, {"status": "ok", "num_docs": len(self.server.index.docs), "index": "bm25s"})
-        elif self.path == "/retrieve":
-            self._method_not_allowed("POST")
         else:
-            self._json(404, {"error": f"no route {self.path!r}; use POST /retrieve or GET /health"})
+            self._unsupported_method()
 
     def do_POST(self) -> None:  # noqa: N802
-        if self.path == "/health":
-            self._method_not_allowed("GET")
-            return
         if self.path != "/retrieve":
-            self._json(404, {"error": f"no route {self.path!r}; use POST /retrieve or GET /health"})
+            self._unsupported_method()
             return
         try:
             query, top_k = parse_retrieve_request(self._body())
@@ -89,10 +87,20 @@ class RetrievalHandler(BaseHTTPRequestHandler):
         hits = self.server.index.search(query, top_k)
         self._json(200, {"results": [{"id": d.id, "content": d.content, "score": s} for d, s in hits]})
 
-    def do_PUT(self) -> None:  # noqa: N802
-        self._method_not_allowed("GET, POST")
+    def __getattr__(self, name: str):
+        """Every other method (PUT, HEAD, OPTIONS, TRACE, BREW, ...) is a 405 naming the route's methods, not
+        http.server's 501."""
+        if name.startswith("do_"):
+            return self._unsupported_method
+        raise AttributeError(name)
 
-    do_DELETE = do_PATCH = do_PUT  # noqa: N815
+    def _unsupported_method(self) -> None:
+        self.close_connection = True  # a body it may have sent is not read: the connection cannot be reused
+        allow = ROUTE_METHODS.get(self.path)
+        if allow is None:
+            self._json(404, {"error": f"no route {self.path!r}; use POST /retrieve or GET /health"})
+        else:
+            self._method_not_allowed(allow)
 
     # ---- plumbing -----------------------------------------------------------------------------------------------
     def _body(self) -> bytes:

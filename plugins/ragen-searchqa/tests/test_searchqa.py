@@ -435,8 +435,59 @@ def test_http_level_errors_are_json(thread_server):
     status, out = raw_http(port, b"GARBAGE\r\n\r\n")
     assert status == 400 and "error" in out
     status, out = raw_http(port, b"BREW /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert status == 501 and "error" in out
+    assert status == 405 and "error" in out
     assert get(url + "/health")[0] == 200  # still serving
+
+
+def raw_reply(port, data: bytes) -> tuple[int, dict[str, str], bytes]:
+    """(status, lower-cased headers, body) of the reply to raw bytes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict((k.strip().lower(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:]))
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.parametrize("method", ["OPTIONS", "HEAD", "TRACE", "PUT", "DELETE", "PATCH", "CONNECT", "BREW"])
+def test_unsupported_methods_are_405_with_allow(thread_server, method):
+    """Issue 16: OPTIONS/HEAD/TRACE were answered 501."""
+    port = thread_server.server_address[1]
+    for path, allow in (("/retrieve", "POST"), ("/health", "GET")):
+        status, headers, body = raw_reply(port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert status == 405 and headers["allow"] == allow, (method, path, status)
+        assert (body == b"") == (method == "HEAD")  # a HEAD reply has no body
+    status, _, _ = raw_reply(port, f"{method} /nope HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert status == 404
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("body", [
+    _nested(100_000),
+    b'{"query": ' + _nested(100_000) + b"}",
+    b'{"query": "alpha", "top_k": ' + b"9" * 5000 + b"}",
+    b'{"query": "alpha", "top_k": 1e999}',
+    b'{"query": "\\ud800"}',
+    b"\x00" * 1000,
+    b"{" * 50_000,
+    b'{"query": "alpha"' + b', "x": 1' * 50_000 + b"}",
+])
+def test_no_5xx_on_malformed_bodies(thread_server, body):
+    """Issue 16: a 100k-deep JSON array made the server drop the connection."""
+    status, _, reply = raw_reply(
+        thread_server.server_address[1],
+        b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body,
+    )
+    assert 200 <= status < 500, (status, reply[:200])
+    assert "error" in json.loads(reply) or "results" in json.loads(reply)
+    assert get(thread_server.url + "/health")[0] == 200
 
 
 def _hammer(url, queries, n=1000):
