@@ -9,7 +9,13 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# tests never read or fill the user's warm-start cache (~/.cache/ragen); a test that wants one sets its own
+os.environ.setdefault("RAGEN_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="ragen-test-cache-")))
+
 ROOT = Path(__file__).resolve().parents[1]
+#: the run settings of tests: the built-in tiny model as initialised, no warm start (the product default is the
+#: warm-started `small` model: minutes of CPU per run)
+TINY = ["model.name=tiny", "warmstart.mode=never"]
 SHARED = ROOT.parent / "shared"
 
 
@@ -38,7 +44,7 @@ def run_two_steps(env: str, tmp_path: Path, *extra: str, response_length: int | 
     """
     length = [] if response_length is None else [f"rollout.response_length={response_length}"]
     proc = subprocess.run(
-        ragen_cmd("run", "--env", env, "--algo", "grpo", "trainer.steps=2", "rollout.n_groups=2", "rollout.group_size=2",
+        ragen_cmd("run", "--env", env, "--algo", "grpo", *TINY, "trainer.steps=2", "rollout.n_groups=2", "rollout.group_size=2",
                   "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
                   "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r", *length, *extra),
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,

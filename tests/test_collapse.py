@@ -26,6 +26,7 @@ from ragen.collapse import (
 from ragen.errors import ConfigError
 from ragen.models import build_tiny_model, load_model_and_tokenizer
 from ragen.rollout import ChatFormat, EnvGroups, SamplingParams, Trajectory, TurnRecord, run_rollout
+from conftest import TINY
 
 # ---------------------------------------------------------------------------------------------------------------
 # fixtures and builders
@@ -426,7 +427,7 @@ def test_collapse_metrics_appear_in_metrics_jsonl_during_a_run(tmp_path):
     from ragen.config import load_config
     from ragen.trainer import train
 
-    cfg = load_config(overrides=["env.name=frozenlake", "rollout.engine=expert", "warmstart.noise=0.3",
+    cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "rollout.engine=expert", "warmstart.noise=0.3",
                                  "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=1",
                                  "collapse.num_samples=6", "trainer.steps=1", "logging.progress=false",
                                  f"logging.run_dir={tmp_path}", "logging.name=r"])

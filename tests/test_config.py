@@ -9,7 +9,7 @@ from ragen.errors import ConfigError
 def test_defaults():
     cfg = load_config()
     assert cfg == RunConfig()
-    assert cfg.env.name == "sokoban" and cfg.algo.name == "grpo" and cfg.model.name == "tiny"
+    assert cfg.env.name == "sokoban" and cfg.algo.name == "grpo" and cfg.model.name == "small"
 
 
 def test_yaml_and_toml_files_and_overrides(tmp_path):

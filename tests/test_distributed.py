@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ragen_cmd
+from conftest import TINY, ragen_cmd
 
 INTERRUPT = Path(__file__).parent / "interrupt"  #: a sitecustomize that stops every rank at a chosen step
 
-COMMON = ["env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=3", "rollout.group_size=2",
+COMMON = [*TINY, "env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=3", "rollout.group_size=2",
           "rollout.n_val_groups=3", "trainer.micro_batch_size=2", "logging.progress=false", "logging.name=r"]
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from ragen.config import EarlyStopSection, load_config
 from ragen.early_stop import EarlyStopper
+from conftest import TINY
 
 
 def test_empty_filter_rule_counts_consecutive_steps():
@@ -55,7 +56,7 @@ def test_a_run_with_an_always_empty_filter_stops_logs_why_and_checkpoints(tmp_pa
     v2-recommended (include_zero False) keeps nothing; the update is skipped, counted, and the run stops after 2."""
     from ragen.trainer import train
 
-    cfg = load_config(overrides=["env.name=frozenlake", "env.options.response_length=8", "env.options.max_turns=1",
+    cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "env.options.response_length=8", "env.options.max_turns=1",
                                  "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=1",
                                  "algo.options.filter=v2-recommended", "early_stop.empty_stop_steps=2",
                                  "trainer.steps=6", "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"])

@@ -223,3 +223,41 @@ def test_cpu_init_compiles_no_deepspeed_op(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
     assert not (tmp_path / "ext").exists() or not any((tmp_path / "ext").rglob("*")), "a C++ op was built"
+
+
+# ---- generation: group prompts prefilled once, decoding without whole-cache copies --------------------------------
+def _rollout_with(model, tok, **engine_kwargs):
+    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
+
+    engine = HFEngine(model, tok, **engine_kwargs)
+    with EnvGroups("frozenlake-slippery", group_size=4, n_groups=2) as groups:
+        res = run_rollout(engine, tok, groups, SamplingParams(temperature=1.0, seed=123, max_new_tokens=32),
+                          chat_format=ChatFormat(tok))
+    return res.trajectories, engine.kv_stats
+
+
+def test_group_prefill_sharing_gives_identical_trajectories(trainer):
+    model, tok = trainer.actor.module, trainer.tokenizer
+    plain, _ = _rollout_with(model, tok, share_prefill=False)
+    shared, stats = _rollout_with(model, tok, share_prefill=True)
+    assert stats["shared_prefill_tokens"] > 0  # the groups' first-turn prompts were prefilled once each
+    assert max(len(t.turns) for t in plain) > 1
+    assert [t.input_ids for t in shared] == [t.input_ids for t in plain]  # token-exact, every turn
+    assert [t.loss_mask for t in shared] == [t.loss_mask for t in plain]
+    for a, b in zip(plain, shared):
+        assert max(abs(x - y) for x, y in zip(a.rollout_logprobs, b.rollout_logprobs)) < 1e-5
+
+
+def test_growing_cache_layer_writes_in_place():
+    from ragen.rollout.hf_engine import _growing_layer_class
+
+    torch.manual_seed(0)
+    layer = _growing_layer_class()(reserve=4)
+    chunks = [torch.randn(2, 3, k, 5) for k in (6, 1, 1, 1, 1, 1, 3)]  # prefill, 5 decode steps, then past the reserve
+    ptrs = []
+    for i, c in enumerate(chunks):
+        keys, values = layer.update(c, -c)
+        ptrs.append(keys.data_ptr())
+        assert torch.equal(keys, torch.cat(chunks[: i + 1], dim=-2)) and torch.equal(values, -keys)
+    assert len(set(ptrs[:5])) == 1  # within the reserve, no step moved the cache
+    assert layer.get_seq_length() == sum(c.shape[-2] for c in chunks)

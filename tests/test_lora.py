@@ -6,10 +6,11 @@ import torch
 
 from ragen.config import load_config
 from ragen.trainer import Trainer
+from conftest import TINY
 
 peft = pytest.importorskip("peft", reason="LoRA needs peft (pip install 'ragen[lora]')")
 
-SMALL = ["env.name=frozenlake", "env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=2",
+SMALL = [*TINY, "env.name=frozenlake", "env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=2",
          "rollout.group_size=2", "rollout.n_val_groups=1", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
          "trainer.actor_lr=1e-2", "model.lora_rank=8", "model.lora_alpha=16", "logging.progress=false"]
 

@@ -8,11 +8,13 @@ import torch
 import ragen
 from ragen.config import load_config
 from ragen.trainer import Trainer
+from conftest import TINY
 
 PRESETS = ["ppo", "grpo", "dr-grpo", "rloo", "reinforce++", "reinforce++-baseline", "starpo", "starpo-s", "dapo",
            "dapo-ragen", "gspo"]
 
 SMALL = [
+    *TINY,
     "env.name=sokoban",
     "env.options.response_length=16",
     "env.options.max_turns=2",

@@ -208,6 +208,19 @@ def test_plot_unknown_metric_is_a_one_line_error(two_runs, tmp_path):
 # ---- a real 2-step run: report_every, ragen report, the wandb table, headless Chromium ----------------------------
 
 
+def quick_overrides() -> list[str]:
+    """The untrained tiny model, whatever the defaults: this run is about the report, not the policy (a warm start
+    would cost minutes of CPU; the warm-start mode key exists only in configs that warm-start by default)."""
+    import attrs
+
+    from ragen.config import WarmstartSection
+
+    return ["model.name=tiny", *(["warmstart.mode=never"] if "mode" in attrs.fields_dict(WarmstartSection) else [])]
+
+
+QUICK = quick_overrides()
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     """`ragen run` for two steps with logging.report_every=1 and wandb offline; then `ragen report RUN`."""
@@ -217,7 +230,7 @@ def real_run(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        run, rows = run_two_steps("frozenlake", tmp, "logging.report_every=1", "logging.wandb=true")
+        run, rows = run_two_steps("frozenlake", tmp, "logging.report_every=1", "logging.wandb=true", *QUICK)
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -254,6 +267,20 @@ def test_real_run_logs_val_generations_table_to_wandb(real_run):
     assert [r[2] for r in table["data"]] == [t["seed"] for t in last]
     assert [r[5] for r in table["data"]] == [t["score"] for t in last]
     assert table["data"][0][9].startswith("[turn 1] reward") and last[0]["turns"][0]["response_text"] in table["data"][0][9]
+
+
+@pytest.mark.slow
+def test_eval_writes_the_trajectory_viewer(real_run, tmp_path):
+    run, _, _ = real_run
+    out = tmp_path / "eval"
+    proc = subprocess.run(ragen_cmd("eval", "--env", "frozenlake", "--model", str(run / "final"), "--seeds", "2", "-k", "2",
+                                    "-o", "response_length=32", "--out", str(out)),
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"viewer: {out / 'report.html'}" in proc.stdout
+    [data] = page_data((out / "report.html").read_text())
+    assert sorted((t["group"], t["member"]) for t in data["trajectories"]) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert data["strings"][data["trajectories"][0]["turns"][0]["obs"]].startswith("Turn 1:\nState:")
 
 
 def js_number(x: float) -> str:

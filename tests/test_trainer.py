@@ -9,8 +9,10 @@ import ragen
 
 from ragen.config import load_config
 from ragen.trainer import Trainer, train
+from conftest import TINY
 
 SMALL = [
+    *TINY,
     "env.name=frozenlake",
     "env.options.response_length=24",
     "rollout.n_groups=2",

@@ -25,7 +25,7 @@ vllm = pytest.importorskip("vllm", reason="vLLM is not installed here; CI runs t
 
 import torch  # noqa: E402
 
-from conftest import ragen_cmd  # noqa: E402
+from conftest import TINY, ragen_cmd  # noqa: E402
 from ragen.errors import RagenError  # noqa: E402
 from ragen.losses import token_logprobs  # noqa: E402
 from ragen.models import build_tiny_model, load_model_and_tokenizer  # noqa: E402
@@ -167,7 +167,7 @@ def test_train_two_steps_with_vllm(tmp_path):
     """Acceptance: `ragen run ... rollout.engine=vllm` trains 2 steps; the sync check passes after each update."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # the engine sizes its KV cache
     res = subprocess.run(
-        ragen_cmd("run", "--env", "frozenlake", "--algo", "grpo", "rollout.engine=vllm", "trainer.steps=2",
+        ragen_cmd("run", "--env", "frozenlake", "--algo", "grpo", *TINY, "rollout.engine=vllm", "trainer.steps=2",
                   "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "logging.progress=false",
                   "trainer.test_freq=0", "trainer.save_freq=0", "early_stop.enabled=false", "rollout.tis_cap=2",
                   "env.options.response_length=24",
@@ -207,7 +207,7 @@ def test_run_stops_when_the_sync_is_skipped(tmp_path):
     script = tmp_path / "skip.py"
     script.write_text(SKIPPED_SYNC)
     res = subprocess.run(
-        [sys.executable, str(script), "run", "--env", "frozenlake", "--algo", "grpo", "rollout.engine=vllm",
+        [sys.executable, str(script), "run", "--env", "frozenlake", "--algo", "grpo", *TINY, "rollout.engine=vllm",
          "trainer.steps=2", "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=1",
          "logging.progress=false", "trainer.test_freq=0", "env.options.response_length=24", f"logging.run_dir={tmp_path}",
          "logging.name=skip"],

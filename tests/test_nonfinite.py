@@ -1,0 +1,168 @@
+"""Non-finite values never end a run (issue 16.3): a NaN/inf reward becomes the env's failure score and is counted; a
+non-finite loss skips that update (weights unchanged); K skips in a row stop the run with a checkpoint, an export and
+a one-line error; a policy whose weights overflowed is never sampled from."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ragen import Env, EnvConfig, Expert, hookimpl
+from ragen.config import load_config
+from ragen.errors import RagenError
+from ragen.plugins import register_plugin
+from ragen.rollout.runner import NONFINITE_FLAG, _finite_reward
+
+
+class _Expert(Expert):
+    def next_actions(self, env, k):
+        return [env.side]
+
+
+class NanCoinEnv(Env):
+    """Guess the coin's side; the reward of a right guess is NaN on odd seeds and +inf on seeds divisible by 4."""
+
+    failure_reward = -0.5  # what a broken reward is replaced by (the default is 0.0)
+
+    def __init__(self, config=None, render_mode="ansi"):
+        super().__init__(config, render_mode)
+        self.action_names = ["Heads", "Tails"]
+        self.instructions = "Say which side the coin shows."
+        self.expert = _Expert()
+
+    def _reset(self, seed, options):
+        self.seed_ = seed
+        self.side = ["Heads", "Tails"][int(np.random.default_rng(seed).integers(2))]
+        self.task_id = f"nan-coin/s{seed}"
+        return f"The coin shows {self.side}.", {}
+
+    def _step(self, action):
+        ok = self.canonical_action(action)
+        win = ok == self.side
+        reward = math.nan if self.seed_ % 2 else math.inf if self.seed_ % 4 == 0 else float(win)
+        return "done", reward, ok is not None, False, {"success": win, "action_is_valid": ok is not None,
+                                                      "action_is_effective": ok is not None}
+
+
+class _Plugin:
+    @hookimpl
+    def register_envs(self, register):
+        register("nan-coin", NanCoinEnv, config=EnvConfig)
+
+
+@pytest.fixture
+def nan_coin(fresh_plugins):
+    register_plugin(_Plugin(), "nan-coin", dist="ragen-nan-coin")
+    yield "nan-coin"
+
+
+def cfg(tmp_path, *extra):
+    return load_config(overrides=[
+        "env.name=nan-coin", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=2", "rollout.group_size=2",
+        "rollout.n_val_groups=2", "trainer.steps=3", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
+        "trainer.test_freq=0", "trainer.save_freq=0", "early_stop.enabled=false", "collapse.enabled=false",
+        "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=run", *extra])
+
+
+def rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_finite_reward_replaces_nan_and_inf_by_the_failure_score():
+    env = NanCoinEnv()
+    assert _finite_reward(env, 1.0, {}) == (1.0, {})
+    for bad in (math.nan, math.inf, -math.inf, "x", None):
+        assert _finite_reward(env, bad, {"a": 1.0}) == (-0.5, {"a": 1.0, NONFINITE_FLAG: 1.0})
+    assert _finite_reward(object(), math.nan, {})[0] == 0.0  # no failure_reward declared: 0.0
+
+
+def test_nan_rewards_leave_the_run_going_and_are_counted(nan_coin, tmp_path):
+    from ragen.trainer import train
+
+    run = train(cfg(tmp_path), warmstart=False)
+    steps = [r for r in rows(run) if r["step"] > 0 and "rollout/nonfinite_rewards" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    # train seeds 10000 + 2s + g: every step has one odd-seed group (2 members, NaN) and every other step an inf one
+    assert all(r["rollout/nonfinite_rewards"] >= 2 for r in steps)
+    assert all(r["reward/min"] is not None and math.isfinite(r["reward/min"]) for r in steps)
+    assert (run / "final" / "config.json").is_file()
+    traj = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert {t["turns"][0]["reward"] for t in traj if t["seed"] % 2} == {-0.5}
+
+
+def test_a_nan_loss_skips_that_update_and_the_run_goes_on(nan_coin, tmp_path, monkeypatch):
+    import ragen.trainer as tr
+
+    real, calls = tr.policy_loss, []
+
+    def nan_on_first_step(*args, **kwargs):
+        calls.append(1)
+        pg, pm = real(*args, **kwargs)
+        return (pg * math.nan if len(calls) == 1 else pg), pm
+
+    monkeypatch.setattr(tr, "policy_loss", nan_on_first_step)
+    trainer = tr.Trainer(cfg(tmp_path), tmp_path / "run")
+    try:
+        before = {k: v.detach().clone() for k, v in trainer.actor.module.named_parameters()}
+        first = trainer.step().metrics
+        assert first["actor/skipped_updates"] == 1.0 and "actor/grad_norm" not in first
+        assert all(torch.equal(v, before[k]) for k, v in trainer.actor.module.named_parameters()), "a skipped update moved weights"
+        second = trainer.step().metrics
+        assert second["actor/skipped_updates"] == 0.0 and math.isfinite(second["actor/grad_norm"])
+        assert any(not torch.equal(v, before[k]) for k, v in trainer.actor.module.named_parameters())
+        assert trainer.fatal is None and trainer.skipped_in_a_row == 0
+    finally:
+        trainer.close()
+
+
+def test_nan_loss_counter_reaches_metrics_jsonl(nan_coin, tmp_path, monkeypatch):
+    import ragen.trainer as tr
+
+    real, calls = tr.policy_loss, []
+
+    def nan_once(*args, **kwargs):
+        calls.append(1)
+        pg, pm = real(*args, **kwargs)
+        return (pg * math.nan if len(calls) == 2 else pg), pm
+
+    monkeypatch.setattr(tr, "policy_loss", nan_once)
+    run = tr.train(cfg(tmp_path), warmstart=False)
+    skipped = {r["step"]: r["actor/skipped_updates"] for r in rows(run) if "actor/skipped_updates" in r}
+    assert skipped == {1: 0.0, 2: 1.0, 3: 0.0}
+    assert (run / "final" / "config.json").is_file()
+
+
+def test_k_skipped_updates_in_a_row_stop_with_checkpoint_export_and_one_line(nan_coin, tmp_path, monkeypatch):
+    import ragen.trainer as tr
+
+    real = tr.policy_loss
+    monkeypatch.setattr(tr, "policy_loss", lambda *a, **k: (lambda pg, pm: (pg * math.nan, pm))(*real(*a, **k)))
+    with pytest.raises(RagenError) as exc:
+        tr.train(cfg(tmp_path, "trainer.steps=10", "trainer.max_skipped_updates=2"), warmstart=False)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("step 2: 2 consecutive updates skipped") and "max_skipped_updates=2" in msg
+    run = tmp_path / "run"
+    assert (run / "final" / "config.json").is_file()
+    assert (run / "checkpoints" / "actor" / "step2").is_dir()
+    assert [r["actor/skipped_updates"] for r in rows(run) if "actor/skipped_updates" in r] == [1.0, 1.0]
+
+
+def test_a_huge_learning_rate_never_reaches_multinomial_with_nan(nan_coin, tmp_path, monkeypatch):
+    """actor_lr=1e30 overflows the weights in one update; the next rollout must not sample from them (the HF engine
+    samples with torch.multinomial, which used to die on NaN probabilities with a traceback)."""
+    from ragen.trainer import train
+
+    real, seen = torch.multinomial, []
+
+    def checked(probs, *args, **kwargs):
+        seen.append(bool(torch.isfinite(probs).all()))
+        return real(probs, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "multinomial", checked)
+    with pytest.raises(RagenError) as exc:
+        train(cfg(tmp_path, "rollout.engine=hf", "env.options.response_length=8", "trainer.actor_lr=1e30"),
+              warmstart=False)
+    assert "\n" not in str(exc.value) and "non-finite" in str(exc.value) and "actor_lr=1e+30" in str(exc.value)
+    assert seen and all(seen), "torch.multinomial saw NaN/inf probabilities"
