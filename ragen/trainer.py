@@ -153,6 +153,7 @@ class Trainer:
         self.early_stop = EarlyStopper(cfg.early_stop)
         self.collapse = self._make_collapse()
         self.step_idx = 0
+        self.skipped_in_a_row, self.fatal = 0, None  # consecutive skipped updates; the error that ends the run
         self.writer = NullWriter() if not dp.is_main() else RunWriter(self.run_dir, config_mod.to_dict(cfg), wandb=cfg.logging.wandb,
                                 wandb_project=cfg.logging.wandb_project, resume=resume)
         self._rollout = self._make_rollout()
@@ -209,6 +210,8 @@ class Trainer:
         for shape in self.shapers:
             scores = list(shape(ShapeInput(scores=scores, group_ids=[t.group_id for t in kept],
                                            env_names=[t.env_name for t in kept], trajectories=kept)))
+        scores, bad = _finite_scores(scores)  # a shaper's NaN/inf becomes a neutral 0, counted with the env's
+        metrics["rollout/nonfinite_rewards"] = metrics.get("rollout/nonfinite_rewards", 0.0) + bad
         # this rank trains its own groups; a rank whose groups were all dropped trains one masked-out row
         mine = [i for i, t in enumerate(kept) if t.group_id % self.world == self.rank]
         dummy = not mine
@@ -311,7 +314,8 @@ class Trainer:
         keep = self.cfg.logging.save_trajectories
         sample = trajs if keep < 0 else trajs[:keep]
         self.writer.trajectories("trajectories.jsonl", [{"step": self.step_idx, **t.to_dict()} for t in sample])
-        return StepResult(metrics, stop_reason=self.early_stop.after_step(metrics))
+        stop = self.early_stop.after_step(metrics)
+        return StepResult(metrics, stop_reason=self.fatal or stop)
 
     # ------------------------------------------------------------------------------------------------
     def _forward_logprobs(self, batch: Batch, with_entropy: bool, module: torch.nn.Module | None = None,
@@ -442,6 +446,7 @@ class Trainer:
 
         # with reused old log-probs no forward pass has measured the entropy yet: the first epoch's passes do
         entropy_metric = getattr(self, "_reused_old", False)
+        skipped = critic_skipped = 0
         for epoch in range(cfg.ppo_epochs):
             for mini in split_rows(len(batch), n_minis, gen):
                 # every rank runs as many backward passes (ZeRO reduces gradients inside backward), at least one: a
@@ -453,17 +458,22 @@ class Trainer:
                 norm = global_norm([m.loss_mask for m in micros], length_norm)
                 share = 1.0 / self.world  # loss shares sum over ranks to the mini-batch loss
                 if self.critic is not None:
-                    vloss_total = 0.0
+                    vloss_total, vbad = 0.0, False
                     for m in micros:
                         v = self.critic(m.input_ids, m.attention_mask, m.position_ids)
                         vloss, vm = value_loss(v, m.extra["values"], m.extra["returns"], m.loss_mask, clip=cfg.value_clip,
                                                agg_mode=p.loss_agg_mode, norm=norm)
+                        if not torch.isfinite(vloss):
+                            vbad, vloss = True, _zero_loss(self.critic.module)
                         self.critic.backward(vloss * scale)
                         vloss_total += float(vloss.detach())
                         add("critic/vf_clipfrac", vm["critic/vf_clipfrac"], float(m.loss_mask.sum()))
-                    add("critic/grad_norm", step_with_grad_norm(self.critic))
+                    critic_norm = self._step_if_finite(self.critic, vbad)
+                    critic_skipped += critic_norm is None
+                    if critic_norm is not None:
+                        add("critic/grad_norm", critic_norm)
                     add("critic/vf_loss", vloss_total, share)
-                pg_total, ent_total, kl_total = 0.0, 0.0, 0.0
+                pg_total, ent_total, kl_total, nonfinite = 0.0, 0.0, 0.0, False
                 for m in micros:
                     lp, ent = self._forward_logprobs(m, with_entropy=p.entropy_coef > 0 or entropy_metric,
                                                      entropy_grad=p.entropy_coef > 0)
@@ -485,14 +495,22 @@ class Trainer:
                         ent_agg = aggregate(ent, m.loss_mask, p.loss_agg_mode, norm)
                         loss = loss - p.entropy_coef * ent_agg
                         ent_total += float(ent_agg.detach())
-                    if not torch.isfinite(loss):
-                        raise RagenError(f"step {step}: non-finite actor loss")
+                    if not torch.isfinite(loss):  # this mini-batch's update is skipped; ranks still backward in step
+                        nonfinite, loss = True, _zero_loss(self.actor.module)
                     self.actor.backward(loss * scale)
+                    if nonfinite:
+                        continue
                     pg_total += float(pg.detach())
                     ntok = float(m.loss_mask.sum())
                     for k, v in pm.items():
                         add(k, v, ntok)
-                add("actor/grad_norm", step_with_grad_norm(self.actor))  # the same global norm on every rank: a mean
+                grad_norm = self._step_if_finite(self.actor, nonfinite)
+                if grad_norm is None:
+                    skipped += 1
+                    self._note_skip(step)
+                    continue
+                self.skipped_in_a_row = 0
+                add("actor/grad_norm", grad_norm)  # the same global norm on every rank: a mean
                 add("actor/pg_loss", pg_total, share)
                 add("actor/entropy_loss", ent_total, share)
                 if p.kl_coef > 0:
@@ -500,7 +518,45 @@ class Trainer:
         keys = sorted(sums)
         totals = dp.all_reduce_sum([sums[k] for k in keys] + [counts[k] for k in keys])
         n = len(keys)
-        return {k: totals[i] / max(totals[n + i], 1e-9) for i, k in enumerate(keys)}
+        self._check_policy_finite(micros[0], step)
+        out = {k: totals[i] / max(totals[n + i], 1e-9) for i, k in enumerate(keys)}
+        out["actor/skipped_updates"] = float(skipped)
+        if self.critic is not None:
+            out["critic/skipped_updates"] = float(critic_skipped)
+        return out
+
+    # ---- non-finite values: a bad loss or gradient skips one update; K in a row, or broken weights, stop the run ----
+    @staticmethod
+    def _step_if_finite(engine, nonfinite_loss: bool) -> float | None:
+        """``engine.step()`` and its gradient norm; None when a loss or a gradient on any rank was NaN/inf: then the
+        gradients are dropped and the optimizer does not step (weights and moments unchanged)."""
+        bad = nonfinite_loss or not _grads_finite(engine.module)
+        if dp.all_reduce_sum([float(bad)])[0] == 0:
+            return step_with_grad_norm(engine)
+        engine.zero_grad()
+        if not isinstance(engine.optimizer, torch.optim.Optimizer):  # ZeRO / bf16 wrappers keep their own buffers
+            engine.optimizer.zero_grad()
+        return None
+
+    def _note_skip(self, step: int) -> None:
+        """Count a skipped actor update; K in a row end the run (after its checkpoint and export, see ``train``)."""
+        self.skipped_in_a_row += 1
+        log.warning("update_skipped", step=step, reason="non-finite loss or gradient", in_a_row=self.skipped_in_a_row)
+        if self.skipped_in_a_row >= self.cfg.trainer.max_skipped_updates and self.fatal is None:
+            self.fatal = (f"step {step + 1}: {self.skipped_in_a_row} consecutive updates skipped for a non-finite loss or "
+                          f"gradient (trainer.max_skipped_updates={self.cfg.trainer.max_skipped_updates}); checkpoint and "
+                          f"final model saved in {self.run_dir}")
+        return None
+
+    @torch.no_grad()
+    def _check_policy_finite(self, micro: Batch, step: int) -> None:
+        """Stop before the next rollout samples from a policy whose log-probs overflowed (e.g. actor_lr=1e30): its
+        weights are not saved, so the last checkpoint stays the last good one."""
+        lp, _ = self._forward_logprobs(micro, with_entropy=False)
+        if dp.all_reduce_sum([float(not bool(torch.isfinite(lp).all()))])[0]:
+            raise RagenError(f"step {step + 1}: the update made the policy's log-probs non-finite (weights overflowed; "
+                             f"trainer.actor_lr={self.cfg.trainer.actor_lr:g} may be too large); stopped before sampling "
+                             f"from it, the last checkpoint under {self.run_dir / CHECKPOINTS} is intact")
 
     # ------------------------------------------------------------------------------------------------
     def validate(self) -> dict:
@@ -568,6 +624,25 @@ def _in_row_order(parts: list[tuple[list[int], torch.Tensor]]) -> torch.Tensor:
     return out[torch.as_tensor(rows).argsort().to(out.device)]
 
 
+def _zero_loss(module: torch.nn.Module) -> torch.Tensor:
+    """A loss whose gradient is exactly zero for every trainable weight (stands in for a non-finite one, so every rank
+    still runs its backward passes)."""
+    return sum(p.reshape(-1)[0] * 0.0 for p in module.parameters() if p.requires_grad)
+
+
+def _grads_finite(module: torch.nn.Module) -> bool:
+    """No local gradient is NaN/inf (one norm per tensor, one sync). ZeRO-2 keeps reduced gradients in its own
+    buffers, where this check cannot look; the loss check still covers it."""
+    norms = [torch.linalg.vector_norm(p.grad.float()) for p in module.parameters() if p.grad is not None]
+    return not norms or bool(torch.isfinite(torch.stack(norms).sum()))
+
+
+def _finite_scores(scores: list[float]) -> tuple[list[float], int]:
+    """Scores with NaN/inf replaced by 0.0, and how many were replaced."""
+    bad = sum(not np.isfinite(s) for s in scores)
+    return ([float(s) if np.isfinite(s) else 0.0 for s in scores], int(bad)) if bad else (scores, 0)
+
+
 def _pad_to(t: torch.Tensor, width: int) -> torch.Tensor:
     if t.shape[1] == width:
         return t
@@ -618,6 +693,8 @@ def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool = F
             trainer.writer.metrics(0, val)
         _loop(trainer)
         final = trainer.export()
+        if trainer.fatal:  # checkpointed and exported: now the one-line error and a non-zero exit
+            raise RagenError(trainer.fatal)
         log.info("run_finished", run_dir=str(run_dir), final_model=str(final), steps=trainer.step_idx)
     finally:
         trainer.close()

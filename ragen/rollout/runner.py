@@ -62,6 +62,24 @@ def _numeric_info(info: dict) -> dict[str, float]:
     return out
 
 
+#: the turn-info flag of a reward that was NaN or infinite (counted as rollout/nonfinite_rewards)
+NONFINITE_FLAG = "nonfinite_reward"
+
+
+def _finite_reward(env: Any, reward: Any, info: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """The turn's reward, or the env's failure score when the env returned NaN/inf: one bad reward must not poison
+    the advantages of its whole group and end the run. An env may set ``failure_reward`` (default 0.0, what a turn
+    that achieves nothing earns); the replacement is flagged in the turn's info."""
+    try:
+        value = float(reward)
+    except (TypeError, ValueError):
+        value = math.nan
+    if math.isfinite(value):
+        return value, info
+    log.warning("non-finite reward %r from %s replaced by its failure score", reward, getattr(env, "name", env))
+    return float(getattr(env, "failure_reward", 0.0)), {**info, NONFINITE_FLAG: 1.0}
+
+
 def _cap(env: Any, override: int) -> int:
     """Generation cap of one turn: the override when > 0, else the env's ``response_length``."""
     return int(override) if override and override > 0 else int(env.config.response_length)
@@ -227,28 +245,29 @@ def _apply(
     answer = parsed.answer if parsed.matched else None
     ep = run.episode
     res = ep.step_turn(answer)
+    reward, info = _finite_reward(ep.env, res.reward, _numeric_info(res.info))
     run.traj.turns.append(
         TurnRecord(
             response_text=text,
             answer=answer,
             executed=list(res.executed),
             invalid=list(res.invalid),
-            reward=float(res.reward),
+            reward=reward,
             penalty=float(res.penalty),
             format_ok=res.penalty == 0,
-            info=_numeric_info(res.info),
+            info=info,
             truncated_response=not ended_with_eos,
             span=span,
             finish_reason="stop" if ended_with_eos else "length",
         )
     )
-    run.traj.reward += float(res.reward)
+    run.traj.reward += reward
     run.traj.penalty += float(res.penalty)
     if res.done:
         _finish(run)
         return
     cfg = ep.env.config
-    user = reward_text(res.reward, compat) + turn_text(
+    user = reward_text(reward, compat) + turn_text(
         ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed, enable_think=fmt.enable_think
     )
     pieces = run.ctx.next_user(user, ended_with_eos)
@@ -291,6 +310,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
         "sequence_length_mean": _mean([float(len(t.input_ids)) for t in trajs]),
         "sequence_length_max": float(max((len(t.input_ids) for t in trajs), default=0)),
         "truncated_rate": _mean([float(t.truncated) for t in trajs]),
+        "nonfinite_rewards": float(sum(t.info.get(NONFINITE_FLAG, 0.0) for t in turns)),
     }
     for key in TRUNCATION_KEYS:
         m[f"truncated/{key}"] = float(sum(t.truncation_reason == key for t in trajs))
@@ -306,7 +326,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
                 for key, value in turn.info.items():
                     values[key].append(value)
         for key, vals in values.items():
-            if key not in ("success", "score"):
+            if key not in ("success", "score", NONFINITE_FLAG):
                 m[f"{name}/{key}"] = _mean(vals)
     return m
 
