@@ -208,19 +208,6 @@ def test_plot_unknown_metric_is_a_one_line_error(two_runs, tmp_path):
 # ---- a real 2-step run: report_every, ragen report, the wandb table, headless Chromium ----------------------------
 
 
-def quick_overrides() -> list[str]:
-    """The untrained tiny model, whatever the defaults: this run is about the report, not the policy (a warm start
-    would cost minutes of CPU; the warm-start mode key exists only in configs that warm-start by default)."""
-    import attrs
-
-    from ragen.config import WarmstartSection
-
-    return ["model.name=tiny", *(["warmstart.mode=never"] if "mode" in attrs.fields_dict(WarmstartSection) else [])]
-
-
-QUICK = quick_overrides()
-
-
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     """`ragen run` for two steps with logging.report_every=1 and wandb offline; then `ragen report RUN`."""
@@ -230,7 +217,7 @@ def real_run(tmp_path_factory):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        run, rows = run_two_steps("frozenlake", tmp, "logging.report_every=1", "logging.wandb=true", *QUICK)
+        run, rows = run_two_steps("frozenlake", tmp, "logging.report_every=1", "logging.wandb=true")
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
