@@ -1,9 +1,14 @@
 """The Sudoku environment (RAGEN SimpleSudoku): generated puzzles with a unique solution, RAGEN's moves and rewards.
 
-Rewards per executed move (RAGEN): unreadable move, changing a given cell, or breaking a row/column/box rule -0.1
-(the move is not applied); a legal digit +1.0 when it is the solution's, +0.5 otherwise; completing the grid +10.
-Project rule for overwriting an earlier placement: +0.5 if it now matches the solution, 0 if legal but wrong, capped
-so that one cell never earns more than +1.0 in total.
+Rewards per executed move, ``reward_scheme="dense"`` (RAGEN SimpleSudoku): unreadable move, changing a given cell,
+or breaking a row/column/box rule -0.1 (the move is not applied); a legal digit +1.0 when it is the solution's, +0.5
+otherwise; completing the grid +10. Project rule for overwriting an earlier placement: +0.5 if it now matches the
+solution, 0 if legal but wrong, capped so that one cell never earns more than +1.0 in total. ``"sparse"`` (RAGEN's
+SudokuEnv): 1.0 for the move that completes a correct grid, 0 for every other move.
+
+Observations: ``grid`` (the spec's grid with feedback lines) or RAGEN's render modes ``text`` (``| d . d d `` row
+after row on one line), ``text_with_coordinates`` (that, then the 1-indexed empty positions) and ``board`` (its
+boxed board with the step count and difficulty); RAGEN's modes show no feedback, as RAGEN.
 """
 
 from __future__ import annotations
@@ -18,9 +23,21 @@ from ragen_sudoku.generator import HOLES, Puzzle, generate_puzzle
 from ragen_sudoku.grid import BOX_SHAPES, candidates, clashes, conflicting_pairs, geometry, is_solved
 from ragen_sudoku.moves import parse_move
 
-PENALTY = -0.1
-CORRECT, LEGAL, REWRITE_CORRECT = 1.0, 0.5, 0.5
-SOLVED_BONUS = 10.0
+
+
+@attrs.frozen
+class Rewards:
+    """The reward of each kind of move."""
+
+    penalty: float  #: unreadable, a given cell, or a rule broken (not applied)
+    correct: float  #: a legal digit equal to the solution's, into an empty cell (also a cell's total cap)
+    legal: float  #: a legal digit that is not the solution's, into an empty cell
+    rewrite_correct: float  #: overwriting an earlier placement with the solution's digit
+    solved: float  #: added by the move that completes a correct grid
+
+
+REWARD_SCHEMES = {"dense": Rewards(-0.1, 1.0, 0.5, 0.5, 10.0), "sparse": Rewards(0.0, 0.0, 0.0, 0.0, 1.0)}
+OBSERVATION_FORMATS = ("grid", "text", "text_with_coordinates", "board")
 CANDIDATES_BELOW = 10  #: list every empty cell's legal digits once at most this many cells are empty
 
 
@@ -39,7 +56,16 @@ class SudokuConfig(EnvConfig):
     max_steps: int | None = option(None, "Moves after which the env truncates the episode; None = max_actions_per_episode.")
     apply_conflicts: bool = option(
         False, "Write rule-breaking digits on the board (shown *d*) instead of rejecting them (RAGEN: rejected). "
-        "Either way they earn -0.1."
+        "Either way they earn the penalty."
+    )
+    reward_scheme: str = option(
+        "dense", "'dense' (RAGEN SimpleSudoku: -0.1 / +1.0 / +0.5 per move, +10 on completion) or 'sparse' (RAGEN "
+        "SudokuEnv: 1.0 for completing the grid, else 0).",
+        validator=attrs.validators.in_(tuple(REWARD_SCHEMES)),
+    )
+    observation_format: str = option(
+        "grid", "'grid' (grid + feedback lines) or RAGEN's render modes 'text', 'text_with_coordinates', 'board'.",
+        validator=attrs.validators.in_(OBSERVATION_FORMATS),
     )
 
     def __attrs_post_init__(self) -> None:
@@ -98,6 +124,39 @@ def render_grid(board: list[int], fixed: list[bool], conflicted: set[int] | froz
     return "\n".join(lines)
 
 
+def ragen_text(board: list[int]) -> str:
+    """RAGEN's ``text`` render: ``"| "`` then each cell's digit or ``.`` and a space, row after row on one line."""
+    n = round(len(board) ** 0.5)
+    return "".join("| " + "".join(f"{v or '.'} " for v in board[r * n : (r + 1) * n]) for r in range(n))
+
+
+def empty_positions_line(board: list[int]) -> str:
+    """What RAGEN's ``text_with_coordinates`` adds to ``text``: the empty cells as 1-indexed (row,col) pairs."""
+    n = round(len(board) ** 0.5)
+    empty = [f"({i // n + 1},{i % n + 1})" for i, v in enumerate(board) if not v]
+    if not empty:
+        return "\nNo empty positions found (board might be complete)."
+    if len(empty) == 1:
+        return f"\nEmpty position to be filled is at {empty[0]}."
+    return f"\nEmpty positions to be filled are at {', '.join(empty)}."
+
+
+def ragen_board(board: list[int], steps: int, cfg: SudokuConfig) -> str:
+    """RAGEN's boxed render: a title, dashed lines around and between box rows, ``| `` between boxes, then the step
+    count and the difficulty."""
+    geo = geometry(cfg.size)
+    n = geo.size
+    line = "-" * (n * 2 + (n // geo.box_cols - 1) * 2 + 5)
+    out = [f"Sudoku Board ({n}x{n}):", line]
+    for r in range(n):
+        if r and r % geo.box_rows == 0:
+            out.append(line)
+        cells = "".join(("| " if c and c % geo.box_cols == 0 else "") + f"{board[r * n + c] or '.'} " for c in range(n))
+        out.append(f"| {cells}|")
+    out += [line, f"Step: {steps}/{cfg.step_limit}", f"Difficulty: {cfg.difficulty}", ""]
+    return "\n".join(out)
+
+
 def _cell_name(i: int, size: int) -> str:
     return f"r{i // size + 1}c{i % size + 1}"
 
@@ -122,13 +181,16 @@ class SudokuEnv(Env):
         self.puzzle: Puzzle | None = None
         self.board: list[int] = []
         self.fixed: list[bool] = []  #: given cells
-        self.earned: list[float] = []  #: reward each cell has earned so far (capped at CORRECT)
+        self.earned: list[float] = []  #: reward each cell has earned so far (capped at rewards.correct)
+        self.rewards = REWARD_SCHEMES[cfg.reward_scheme]
         self.steps = 0
         self.solved = False
 
     # ---- text from the live config ------------------------------------------------------------------------------
     @staticmethod
     def _legend(cfg: SudokuConfig) -> dict[str, str]:
+        if cfg.observation_format != "grid":  # RAGEN's renders do not tell given digits from placed ones
+            return {"d": "digit (given or placed)", ".": "empty cell"}
         legend = {"[d]": "given digit (cannot be changed)", "d": "digit you placed"}
         if cfg.apply_conflicts:  # only then can a rule-breaking digit stand on the board
             legend["*d*"] = "placed digit that breaks a rule"
@@ -141,14 +203,17 @@ class SudokuEnv(Env):
         br, bc = BOX_SHAPES[n]
         # example moves valid for this size: (digit, row, col) and a second placement as (row, col, digit)
         (digit, row, col), second = ((5, 2, 3), "7,8,1") if n >= 9 else ((3, 2, 4), "3,1,2")
+        boxes = {"grid": " (separated by | and - lines)", "board": " (separated by | and - lines)"}.get(
+            cfg.observation_format, "")
+        feedback = (" A move that breaks a rule is not applied; the feedback names the conflict and the legal digits."
+                    if cfg.observation_format == "grid" else " A move that breaks a rule is not applied.")
         return (
             f"You are solving a {n}x{n} Sudoku puzzle. Fill every empty cell with a digit from 1 to {n} so that each "
-            f"row, each column and each of the {n} {br}x{bc} boxes (separated by | and - lines) contains every digit "
+            f"row, each column and each of the {n} {br}x{bc} boxes{boxes} contains every digit "
             f"from 1 to {n} exactly once. Given digits cannot be changed. Rows and columns are numbered 1 to {n} from "
             f"the top-left. Place a digit with <answer>place {digit} at row {row} col {col}</answer> or "
             f"<answer>{row},{col},{digit}</answer> (row, column, digit); join several placements with ||, e.g. "
-            f"<answer>place {digit} at row {row} col {col} || {second}</answer>. "
-            "A move that breaks a rule is not applied; the feedback names the conflict and the legal digits."
+            f"<answer>place {digit} at row {row} col {col} || {second}</answer>.{feedback}"
         )
 
     # ---- state the expert and tests read ------------------------------------------------------------------------
@@ -181,8 +246,8 @@ class SudokuEnv(Env):
         reward, feedback, valid, effective, conflict = self._apply(action)
         self.solved = is_solved(self.board)
         if self.solved:
-            reward += SOLVED_BONUS
-            feedback += f", puzzle solved (+{SOLVED_BONUS})"
+            reward += self.rewards.solved
+            feedback += f", puzzle solved (+{self.rewards.solved})"
         truncated = self.steps >= self.config.step_limit and not self.solved
         info = {
             "success": self.solved,
@@ -195,15 +260,15 @@ class SudokuEnv(Env):
 
     def _apply(self, action: str) -> tuple[float, str, bool, bool, bool]:
         """Execute one move: ``(reward, feedback, valid, effective, conflict)``."""
-        size = self.puzzle.size
+        size, penalty = self.puzzle.size, self.rewards.penalty
         move = parse_move(action, size)
         if move is None:
-            return PENALTY, (
-                f"invalid format ({PENALTY}): write place N at row R col C or R,C,N with R, C, N from 1 to {size}"
+            return penalty, (
+                f"invalid format ({penalty}): write place N at row R col C or R,C,N with R, C, N from 1 to {size}"
             ), False, False, False
         i = move.row * size + move.col
         if self.fixed[i]:
-            return PENALTY, f"cannot change a given cell ({PENALTY})", False, False, False
+            return penalty, f"cannot change a given cell ({penalty})", False, False, False
         units = clashes(self.board, i, move.digit)
         if units:
             legal = _digits(candidates(self.board, i))
@@ -211,15 +276,16 @@ class SudokuEnv(Env):
             if applied:
                 self.board[i] = move.digit
             note = ", written anyway" if applied else ""
-            return PENALTY, (
-                f"conflict: {move.digit} already in {' and '.join(units)} ({PENALTY}{note}), legal digits: {legal}"
+            return penalty, (
+                f"conflict: {move.digit} already in {' and '.join(units)} ({penalty}{note}), legal digits: {legal}"
             ), False, applied, True
         previous = self.board[i]
         correct = move.digit == self.puzzle.solution[i]
         if previous == move.digit:
             return 0.0, f"no change: {move.digit} is already at row {move.row + 1} col {move.col + 1} (+0.0)", True, False, False
-        base = (CORRECT if correct else LEGAL) if previous == 0 else (REWRITE_CORRECT if correct else 0.0)
-        reward = min(base, CORRECT - self.earned[i])  # one cell earns at most CORRECT in total
+        rw = self.rewards
+        base = (rw.correct if correct else rw.legal) if previous == 0 else (rw.rewrite_correct if correct else 0.0)
+        reward = min(base, rw.correct - self.earned[i])  # one cell earns at most rw.correct in total
         self.earned[i] += reward
         self.board[i] = move.digit
         text = "correct" if correct else "valid but not the solution"
@@ -229,6 +295,15 @@ class SudokuEnv(Env):
         return sum(1 for i, v in enumerate(self.board) if not self.fixed[i] and v == self.puzzle.solution[i])
 
     def _render(self, last_action: str | None) -> str:
+        fmt = self.config.observation_format
+        if fmt == "grid":
+            return self._render_grid(last_action)
+        text = ragen_text(self.board) if fmt != "board" else ragen_board(self.board, self.steps, self.config)
+        if fmt == "text_with_coordinates":
+            text += empty_positions_line(self.board)
+        return text
+
+    def _render_grid(self, last_action: str | None) -> str:
         size, board = self.puzzle.size, self.board
         pairs = conflicting_pairs(board)
         conflicted = {k for i, j, _ in pairs for k in (i, j) if not self.fixed[k]}

@@ -9,7 +9,7 @@ from conftest import env_contract_tests, run_two_steps
 
 import ragen
 from ragen.episode import Episode
-from ragen_sudoku.env import render_grid
+from ragen_sudoku.env import empty_positions_line, ragen_board, ragen_text, render_grid
 from ragen_sudoku.generator import HOLES, generate_puzzle
 from ragen_sudoku.grid import candidates, count_solutions
 from ragen_sudoku.moves import Move, parse_move
@@ -241,6 +241,38 @@ def test_render_9x9_layout():
     assert lines[0] == "   1  2  3   4  5  6   7  8  9 "
     assert lines[4] == lines[8] == "  ---------+---------+---------"
     assert len(lines) == 12 and all(len(line) == len(lines[1]) for line in lines[1:] if not line.startswith("  -"))
+
+
+def test_ragen_render_modes():
+    board = [1, 0, 0, 4, 0, 4, 1, 0, 4, 0, 0, 1, 0, 1, 4, 0]
+    assert ragen_text(board) == "| 1 . . 4 | . 4 1 . | 4 . . 1 | . 1 4 . "
+    assert empty_positions_line(board) == "\nEmpty positions to be filled are at (1,2), (1,3), (2,1), (2,4), (3,2), (3,3), (4,1), (4,4)."
+    assert empty_positions_line([1] * 15 + [0]) == "\nEmpty position to be filled is at (4,4)."
+    assert empty_positions_line([1] * 16) == "\nNo empty positions found (board might be complete)."
+    cfg = ragen.make_env("sudoku-4x4").config
+    assert ragen_board(board, 3, cfg) == (
+        "Sudoku Board (4x4):\n---------------\n| 1 . | . 4 |\n| . 4 | 1 . |\n---------------\n| 4 . | . 1 |\n"
+        "| . 1 | 4 . |\n---------------\nStep: 3/12\nDifficulty: easy\n"
+    )
+    for fmt in ("text", "text_with_coordinates", "board"):
+        env = ragen.make_env("sudoku-4x4", observation_format=fmt)
+        obs, _ = env.reset(seed=5)
+        assert ("Empty positions" in obs) == (fmt == "text_with_coordinates") and "Progress" not in obs
+        assert env.symbol_legend == {"d": "digit (given or placed)", ".": "empty cell"} and "feedback" not in env.instructions
+        obs = env.step(env.expert.next_actions(env, 1)[0])[0]
+        assert "Last action" not in obs and (fmt != "board" or "Step: 1/12" in obs)
+    with pytest.raises(ragen.ConfigError, match="observation_format"):
+        ragen.make_env("sudoku-4x4", observation_format="ansi")
+
+
+def test_sparse_reward_scheme():
+    env = ragen.make_env("sudoku-4x4", reward_scheme="sparse")
+    ep, total = play_expert(env, 10000)
+    assert ep.success and total == 1.0
+    env.reset(seed=10000)
+    assert env.step("nonsense")[1] == 0.0 and env.step(env.expert.next_actions(env, 1)[0])[1] == 0.0
+    with pytest.raises(ragen.ConfigError, match="reward_scheme"):
+        ragen.make_env("sudoku-4x4", reward_scheme="shaped")
 
 
 # ---- reward table and feedback ------------------------------------------------------------------------------------
