@@ -47,7 +47,18 @@ def find_decoder(run_dir: Path) -> Decode | None:
         if (folder / "tokenizer.json").is_file():
             tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
             return lambda ids: tok.decode(ids, skip_special_tokens=False)
-    return None
+    return _hub_decoder(model) if model else None
+
+
+def _hub_decoder(model: str) -> Decode | None:
+    """A Hugging Face id's tokenizer from the local cache (never downloaded: a report works offline), or None."""
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached, not a tokenizer, a built-in name: observations are then not shown
+        return None
+    return lambda ids: tok.decode(ids, skip_special_tokens=False)
 
 
 def _config(run_dir: Path) -> dict:

@@ -162,6 +162,13 @@ def test_a_torn_last_line_of_a_killed_run_is_skipped(two_runs, tmp_path):
     assert len(data["metrics"]) == 7 and len(data["trajectories"]) == 10
 
 
+def test_without_a_tokenizer_the_viewer_says_observations_are_not_decoded(two_runs):
+    data = report.read_run(two_runs[0])  # config.yaml names no model and the folder holds no tokenizer.json
+    assert all(turn["obs"] is None for t in data["trajectories"] for turn in t["turns"])
+    assert data["trajectories"][0]["turns"][0]["answer"] == "Right"  # responses are text already
+    assert "no tokenizer.json found for this run" in (report.TEMPLATES / "report.js").read_text()
+
+
 def test_report_of_a_folder_without_run_files_is_a_one_line_error(tmp_path):
     proc = subprocess.run(ragen_cmd("report", str(tmp_path)), capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
