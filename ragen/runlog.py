@@ -45,6 +45,27 @@ def _clean(value: Any) -> Any:
     return value
 
 
+#: the run folder's JSONL files, each row with the ``step`` it belongs to
+APPENDED_JSONL = ("metrics.jsonl", "trajectories.jsonl", "val_trajectories.jsonl")
+
+
+def _lines_up_to(path: Path, step: int) -> list[str]:
+    """The lines of a JSONL file whose row's step is <= ``step``; undecodable lines (a torn last line after kill -9)
+    are dropped with a warning instead of failing the resume."""
+    keep = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):
+            log.warning("jsonl_line_dropped", file=str(path), line=number, reason="torn or not a JSON row (an interrupted write)")
+            continue
+        if row.get("step", 0) <= step:
+            keep.append(line)
+    return keep
+
+
 class RunWriter:
     """Writes the run folder; one instance per run, append-only so a resumed run continues its files."""
 
@@ -77,11 +98,12 @@ class RunWriter:
             self._wandb.log({"val/generations": generations_table(rows)}, step=rows[0]["step"])
 
     def truncate_after(self, step: int) -> None:
-        """On resume: drop metric lines of steps after the checkpoint (they will be recomputed)."""
-        path = self.dir / "metrics.jsonl"
-        if path.exists():
-            keep = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-            path.write_text("".join(line + "\n" for line in keep))
+        """On resume: drop the rows of steps after the checkpoint from every JSONL file the run appends to (the resumed
+        run writes them again), and any line a kill left torn (with a warning)."""
+        for name in APPENDED_JSONL:
+            path = self.dir / name
+            if path.exists():
+                path.write_text("".join(line + "\n" for line in _lines_up_to(path, step)))
 
     def close(self) -> None:
         if self._wandb is not None:
