@@ -264,7 +264,9 @@ _model_option = click.option("--model", "model_name", help="tiny, smollm2, a Hug
 @click.option("--filter", "filter_name", help="Rollout filter replacing the preset's: top-p, v2-main, v2-recommended, ...")
 @_model_option
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), help="Continue the run in this folder.")
-@click.option("--warmstart", is_flag=True, help="Fine-tune on expert demonstrations before RL (see warmstart.*).")
+@click.option("--warmstart/--no-warmstart", default=None,
+              help="Fine-tune on expert demonstrations before RL, or never (default: warmstart.mode, 'auto' = only a "
+                   "freshly initialised built-in model, cached).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Data-parallel processes on this machine (launched through torchrun).")
 @click.option("--local_rank", "--local-rank", "local_rank", type=int, hidden=True, help="Set by the deepspeed launcher.")
@@ -278,11 +280,16 @@ def run(config_path, env_name, algo_name, filter_name, model_name, resume, warms
     if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) <= 1:  # not yet a rank of a launched group
         _launch(nproc)
 
-    if resume is not None and (config_path or env_name or algo_name or filter_name or model_name or overrides or warmstart):
+    if resume is not None and (config_path or env_name or algo_name or filter_name or model_name or overrides
+                               or warmstart is not None):
         raise click.UsageError("--resume takes the run folder's own config; give no other options")
     cfg = _run_config(config_path, overrides, env_name=env_name, algo_name=algo_name, model_name=model_name,
                       filter_name=filter_name)
     run_dir = train(cfg, resume=resume, warmstart=warmstart)
+    if int(os.environ.get("RANK", "0")) == 0:
+        from ragen.summary import format_summary, run_summary
+
+        click.echo(format_summary(run_summary(run_dir)))
     click.echo(f"run folder: {run_dir}")
 
 

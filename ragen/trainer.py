@@ -32,8 +32,8 @@ from ragen.plugins import get_registry
 from ragen.runlog import NullWriter, RunWriter, configure_logging, log, progress
 
 CHECKPOINTS = "checkpoints"
+BUILTIN_ACTOR_LR = 1e-4  #: docs/models.md: the RL rate measured for the warm-started built-in models
 FINAL = "final"
-REFERENCE = "reference"
 
 
 def resolve_preset(cfg: RunConfig) -> AlgorithmPreset:
@@ -44,6 +44,15 @@ def resolve_preset(cfg: RunConfig) -> AlgorithmPreset:
         data = {**config_mod.converter.unstructure(preset), **cfg.algo.options}
         preset = config_mod.structure(AlgorithmPreset, data, path="algo.options")
     return preset
+
+
+def actor_lr(cfg: RunConfig) -> float:
+    """``trainer.actor_lr``, or its default for the model: 1e-4 for the built-in random-init sizes, 1e-5 otherwise."""
+    from ragen.models import BUILTIN_MODELS
+
+    if cfg.trainer.actor_lr is not None:
+        return cfg.trainer.actor_lr
+    return BUILTIN_ACTOR_LR if cfg.model.name in BUILTIN_MODELS else 1e-5
 
 
 def new_run_dir(cfg: RunConfig) -> Path:
@@ -79,7 +88,7 @@ class StepResult:
 class Trainer:
     """Builds the engines and components of a run, then runs steps, validation and checkpoints."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False):
+    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path | None = None):
         from ragen.models import load_model_and_tokenizer, resolve_dtype, resolve_model
 
         self.cfg, self.run_dir = cfg, Path(run_dir)
@@ -108,7 +117,8 @@ class Trainer:
         source_dir = self.run_dir / "model-source"
         if not dp.is_main():
             dp.barrier()
-        model, self.tokenizer = load_model_and_tokenizer(cfg.model.name, source_dir, [cfg.env.name],
+        model_name = str(init_model) if init_model is not None else cfg.model.name  # a warm start replaces the model
+        model, self.tokenizer = load_model_and_tokenizer(model_name, source_dir, [cfg.env.name],
                                                          dtype=str(self.dtype).removeprefix("torch."), device=str(self.device),
                                                          attn_implementation=cfg.model.attn_implementation)
         if dp.is_main():
@@ -118,10 +128,10 @@ class Trainer:
             from ragen.lora import add_policy_adapters
 
             model = add_policy_adapters(model, cfg.model)
-        self.model_source = resolve_model(cfg.model.name, source_dir, [cfg.env.name])
+        self.model_source = resolve_model(model_name, source_dir, [cfg.env.name])
         tcfg = cfg.trainer
         ds_extra = user_deepspeed_config(tcfg.deepspeed_config)
-        self.actor = make_engine(model, lr=tcfg.actor_lr, weight_decay=tcfg.weight_decay, grad_clip=tcfg.grad_clip,
+        self.actor = make_engine(model, lr=actor_lr(cfg), weight_decay=tcfg.weight_decay, grad_clip=tcfg.grad_clip,
                                  zero_stage=tcfg.zero_stage, dtype=self.dtype, extra_config=ds_extra)
         self.critic = None
         if self.preset.use_critic:
@@ -373,25 +383,10 @@ class Trainer:
         metrics["rollout/logprob_abs_diff_max"] = max(dp.all_gather_objects(local_max))
 
     def _make_reference(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The frozen reference policy: the saved one of this run (after a warm start) or a copy of the initial model."""
+        """The frozen reference policy: a copy of the initial model (the warm-started one when the run warm-started)."""
         import copy
 
-        saved = self.run_dir / REFERENCE
-        if saved.is_dir():
-            from transformers import AutoModelForCausalLM
-
-            ref = AutoModelForCausalLM.from_pretrained(saved, dtype=self.dtype).to(self.device)
-        else:
-            ref = copy.deepcopy(model)
-        return ref.eval().requires_grad_(False)
-
-    def reset_reference(self) -> None:
-        """Make the current policy the reference (after a warm start) and keep it for resumes."""
-        if self.reference is None:
-            return
-        self.reference.load_state_dict(self.actor.module.state_dict())
-        if dp.is_main():
-            self.reference.save_pretrained(self.run_dir / REFERENCE)
+        return copy.deepcopy(model).eval().requires_grad_(False)
 
     def _reference_logprobs(self, batch: Batch) -> torch.Tensor:
         if self.lora:  # the base model is the reference: same module, adapters off
@@ -555,7 +550,7 @@ class Trainer:
         lp, _ = self._forward_logprobs(micro, with_entropy=False)
         if dp.all_reduce_sum([float(not bool(torch.isfinite(lp).all()))])[0]:
             raise RagenError(f"step {step + 1}: the update made the policy's log-probs non-finite (weights overflowed; "
-                             f"trainer.actor_lr={self.cfg.trainer.actor_lr:g} may be too large); stopped before sampling "
+                             f"trainer.actor_lr={actor_lr(self.cfg):g} may be too large); stopped before sampling "
                              f"from it, the last checkpoint under {self.run_dir / CHECKPOINTS} is intact")
 
     # ------------------------------------------------------------------------------------------------
@@ -664,9 +659,11 @@ def _reward_metrics(raw: list[float], groups: list[int]) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------
-def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool = False) -> Path:
-    """Run (or resume) a training run; returns the run folder."""
+def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool | None = None) -> Path:
+    """Run (or resume) a training run; returns the run folder. ``warmstart`` True/False overrides ``warmstart.mode``."""
     configure_logging()
+    if warmstart is not None and cfg is not None:  # recorded in config.yaml, so a resume or a rerun does the same
+        cfg = attrs.evolve(cfg, warmstart=attrs.evolve(cfg.warmstart, mode="always" if warmstart else "never"))
     if resume is not None:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -675,7 +672,8 @@ def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool = F
     else:
         init_distributed(pick_device(cfg.trainer.device))  # under a launcher every rank must agree on the folder
         run_dir = dp.broadcast_object(new_run_dir(cfg) if dp.is_main() else None)
-    trainer = Trainer(cfg, run_dir, resume=resume is not None)
+    init_model, warm_metrics = _initial_model(cfg, run_dir, resume is not None)
+    trainer = Trainer(cfg, run_dir, resume=resume is not None, init_model=init_model)
     try:
         if resume is not None:
             start = trainer.load_checkpoint()
@@ -683,11 +681,8 @@ def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool = F
             log.info("run_resumed", run_dir=str(run_dir), step=start)
         else:
             log.info("run_started", run_dir=str(run_dir), env=cfg.env.name, algo=cfg.algo.name, model=cfg.model.name)
-            if warmstart:
-                from ragen.sft import warmstart as do_warmstart
-
-                trainer.writer.metrics(0, do_warmstart(trainer))
-                trainer.reset_reference()
+            if warm_metrics:
+                trainer.writer.metrics(0, warm_metrics)
             val = trainer.validate()
             trainer.early_stop.after_validation(val)
             trainer.writer.metrics(0, val)
@@ -699,6 +694,24 @@ def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool = F
     finally:
         trainer.close()
     return run_dir
+
+
+def _initial_model(cfg: RunConfig, run_dir: Path, resume: bool) -> tuple[Path | None, dict]:
+    """The warm-started model folder this run starts from (None: ``model.name`` as is) and the warm start's metrics.
+
+    Rank 0 trains it or takes it from the cache (ragen/warmstart.py); the other ranks wait, then load the same folder.
+    A resumed run starts from the copy in its own folder.
+    """
+    from ragen import warmstart
+
+    path = Path(run_dir) / warmstart.RUN_SUBDIR
+    if resume:
+        return (path if (path / "config.json").is_file() else None), {}
+    if not warmstart.applies(cfg):
+        return None, {}
+    metrics = warmstart.prepare(cfg, run_dir)[1] if dp.is_main() else {}
+    dp.barrier()
+    return path, metrics
 
 
 def _loop(trainer: Trainer) -> None:
