@@ -48,6 +48,8 @@ class Registry:
             raise RegistrationError(f"{dist}: {self.kind} name must be a non-empty string, got {name!r}")
         if config is not None and not attrs.has(config):
             raise RegistrationError(f"{dist}: config of {self.kind} {name!r} must be an attrs class, got {config!r}")
+        if self.kind == "env":
+            config = _env_config(name, factory, config, dist)
         if name in self._items:
             other = self._items[name].dist
             raise RegistrationError(f"{self.kind} {name!r} is registered by both {other!r} and {dist!r}")
@@ -78,6 +80,20 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _env_config(name: str, factory: Any, config: type | None, dist: str) -> type:
+    """An env's config class: the one registered, else the env class's ``config_cls`` (``EnvConfig`` unless the class
+    names its own). The core reads every env's episode budget (``max_turns``, ...) from it, so a registration without
+    ``config=`` gets one instead of failing at the first update, and a config that is not an ``EnvConfig`` is refused."""
+    from ragen.env import EnvConfig
+
+    if config is None:
+        config = getattr(factory, "config_cls", EnvConfig)
+    if not (isinstance(config, type) and issubclass(config, EnvConfig)):
+        raise RegistrationError(f"{dist}: config of env {name!r} must subclass ragen.EnvConfig (the core reads the episode "
+                                f"budget from it), got {config!r}")
+    return config
 
 
 def _first_line(doc: str | None) -> str:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ragen import Env, Expert, hookimpl
+from ragen import Env, EnvConfig, Expert, hookimpl
 
 
 class CoinExpert(Expert):
@@ -32,4 +32,4 @@ class CoinEnv(Env):
 
 @hookimpl
 def register_envs(register):
-    register("tiny-coin", CoinEnv)
+    register("tiny-coin", CoinEnv, config=EnvConfig)
