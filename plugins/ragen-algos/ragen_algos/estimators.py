@@ -93,20 +93,28 @@ class GRPOConfig:
 
     norm_adv_by_std: bool = option(True, "Divide by the group's unbiased std (GRPO); False gives Dr. GRPO.")
     epsilon: float = option(1e-6, "Added to the std before dividing (algorithms.md §4.3).")
+    singleton: str = option("zero", "Advantage of a group left with one member (failed envs, data-parallel leftovers): "
+                                    "'zero' (no baseline, no signal) or 'score' (the spec's and verl's mean 0, std 1: "
+                                    "A = S, the raw score).", validator=attrs.validators.in_(("zero", "score")))
 
 
-def group_advantages(scores: torch.Tensor, group_ids: torch.Tensor, norm_by_std: bool, eps: float) -> torch.Tensor:
-    """Per-trajectory (S - mean_g) [/ (std_g + eps)], std unbiased; a group of one has mean 0, std 1."""
+def group_advantages(scores: torch.Tensor, group_ids: torch.Tensor, norm_by_std: bool, eps: float,
+                     singleton_zero: bool = False) -> torch.Tensor:
+    """Per-trajectory (S - mean_g) [/ (std_g + eps)], std unbiased; a group of one has mean 0, std 1 (A = S), or A = 0
+    with ``singleton_zero``."""
     scores = scores.to(torch.float64)
-    mu, sigma, _ = group_stats(scores, group_ids)
-    return (scores - mu) / (sigma + eps) if norm_by_std else scores - mu
+    mu, sigma, n = group_stats(scores, group_ids)
+    adv = (scores - mu) / (sigma + eps) if norm_by_std else scores - mu
+    return torch.where(n > 1, adv, torch.zeros_like(adv)) if singleton_zero else adv
 
 
 def make_grpo(config: GRPOConfig):
-    """GRPO: group-normalised trajectory advantage on every sampled token (Dr. GRPO without the std)."""
+    """GRPO: group-normalised trajectory advantage on every sampled token (Dr. GRPO without the std). A group of one
+    member has no baseline: its raw score (+10.9 seen on sokoban) would be its advantage, so by default it gets 0."""
 
     def estimate(batch: AdvantageInput) -> AdvantageOutput:
-        adv = group_advantages(batch.scores, batch.group_ids, config.norm_adv_by_std, config.epsilon)
+        adv = group_advantages(batch.scores, batch.group_ids, config.norm_adv_by_std, config.epsilon,
+                               singleton_zero=config.singleton == "zero")
         return AdvantageOutput(advantages=broadcast(adv, batch.mask))
 
     return estimate

@@ -18,14 +18,30 @@ def batch(scores, groups, mask=None, rewards=None, values=None):
 
 
 def test_grpo_hand_computed():
-    est = ragen.make_component("estimator", "grpo")
+    est = ragen.make_component("estimator", "grpo", singleton="score")
     out = est(batch([1.0, 0.0, 0.0, 5.0], [7, 7, 7, 9], mask=[[0, 1, 1]] * 4))
-    # group 7: mean 1/3, unbiased std sqrt(1/3); group 9 has one member: mean 0, std 1
+    # group 7: mean 1/3, unbiased std sqrt(1/3); group 9 has one member: mean 0, std 1 (singleton='score', the spec's)
     s = math.sqrt(1 / 3)
     expected = [(1 - 1 / 3) / (s + 1e-6), (0 - 1 / 3) / (s + 1e-6), (0 - 1 / 3) / (s + 1e-6), 5.0 / (1 + 1e-6)]
     assert out.advantages[:, 0].tolist() == [0.0] * 4  # mask-0 positions get nothing
     assert out.advantages[:, 1].tolist() == pytest.approx(expected, rel=1e-5)
     assert torch.equal(out.advantages[:, 1], out.advantages[:, 2])  # broadcast to every sampled token
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr-grpo"])
+def test_a_singleton_group_gets_advantage_zero_by_default(name):
+    """A group left with one member (its others failed) has no baseline: its raw score must not become its advantage
+    (+10.9 was seen on sokoban); the other groups are untouched."""
+    out = ragen.make_component("estimator", name)(batch([1.0, 0.0, 10.9, -3.0], [7, 7, 9, 4]))
+    assert out.advantages[2].tolist() == [0.0] * 3 and out.advantages[3].tolist() == [0.0] * 3
+    assert out.advantages[0, 0] > 0 > out.advantages[1, 0]
+    kept = ragen.make_component("estimator", name, singleton="score")(batch([1.0, 0.0, 10.9], [7, 7, 9]))
+    assert kept.advantages[2, 0].item() == pytest.approx(10.9 if name == "dr-grpo" else 10.9 / (1 + 1e-6))
+
+
+def test_grpo_singleton_option_is_checked():
+    with pytest.raises(ragen.ConfigError, match="singleton"):
+        ragen.make_component("estimator", "grpo", singleton="one")
 
 
 def test_grpo_group_ids_not_order():

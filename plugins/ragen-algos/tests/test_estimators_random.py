@@ -77,7 +77,7 @@ def test_grpo_family(seed, name, std):
     exp = []
     for i in range(len(s)):
         g = [s[k] for k in members[i]]
-        mu, sd = (statistics.fmean(g), statistics.stdev(g)) if len(g) > 1 else (0.0, 1.0)
+        mu, sd = (statistics.fmean(g), statistics.stdev(g)) if len(g) > 1 else (s[i], 1.0)  # a singleton: A = 0
         a = (s[i] - mu) / (sd + 1e-6) if std else s[i] - mu
         exp.append([a] * len(mask[i]))
     check(ragen.make_component("estimator", name)(b).advantages.tolist(), exp, mask)
