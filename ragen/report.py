@@ -181,7 +181,8 @@ def _summary_html(run: dict) -> str:
 def _panels(curves: dict[str, list[dict]], metrics: list[str]) -> str:
     out = []
     for m in metrics:
-        fig = plot.figure(curves, [m], ncols=1, panel=(5.2, 3.3))
+        fig, ax = plot.panel_figure()
+        plot.draw(ax, curves, m)
         out.append(f"<figure class=curve data-metric='{html.escape(m)}'>{plot.to_svg(fig)}</figure>")
     return "".join(out)
 
@@ -201,10 +202,7 @@ def _collapse_keys(curves: dict[str, list[dict]]) -> list[str]:
 
 def regime_plane(curves: dict[str, list[dict]], scheme: str, thresholds: tuple[float | None, float | None]):
     """MI (x) against H(Z|X) (y), one path per run in step order; the threshold lines split the four regimes."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.2, 3.6), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = plot.panel_figure((5.2, 3.6))
     for i, (name, rows) in enumerate(curves.items()):
         xs_steps, xs = plot.series(rows, f"{scheme}/mi_estimate")
         ys_steps, ys = plot.series(rows, f"{scheme}/conditional_entropy_est")
