@@ -291,7 +291,9 @@ class TrainerSection:
     value_clip: float = option(0.5, "Critic value clip (RAGEN cliprange_value 0.5).")
     save_freq: int = option(5, "DeepSpeed checkpoint every N steps (RAGEN 100); the final policy is always exported.")
     test_freq: int = option(5, "Validate every N steps and before training (RAGEN 10); 0 = only before and after.")
-    format_penalty: float = option(-0.1, "Added to the trajectory score once per turn with a format violation (RAGEN -0.1).")
+    format_penalty: float = option(-1.0, "Added to the trajectory score once per turn with a format violation. RAGEN's -0.1 "
+                                   "made a malformed sokoban turn (-0.1) score above a valid 2-action one (-0.2) and RL learned "
+                                   "to break the format (docs/models.md); -0.1 stays in configs/ragen.yaml.")
     max_steps_wall_s: float = option(0.0, "Stop after this many seconds of training (0 = no limit); the run still checkpoints and exports.")
     max_skipped_updates: int = option(5, "Stop the run (checkpoint, export, one-line error) after this many consecutive "
                                       "updates skipped for a non-finite loss or gradient.")
@@ -346,7 +348,8 @@ class CollapseSection:
 
     enabled: bool = option(True, "Compute the collapse metrics (needs <think> reasoning and context_mode=full).")
     compute_freq: int = option(5, "Compute at step 1 and every N steps, on the batch before filtering (RAGEN: 5).")
-    num_samples: int = option(64, "(x, z) pairs drawn per scheme; the trajectory scheme scores num_samples² rows.")
+    num_samples: int = option(16, "(x, z) pairs drawn per scheme; the trajectory scheme scores num_samples² rows (RAGEN: "
+                                  "64, in configs/ragen.yaml; 16 keeps a CPU step from being dominated by 4,096 scored rows).")
     micro_batch_size: int = option(128, "Cross-scoring rows per forward pass.")
     schemes: tuple[str, ...] = option(SCHEMES, "Sampling schemes to run: 'first_turn' (columns = env groups) and/or "
                                                "'trajectory' (any turn; each pair its own column).", converter=tuple)

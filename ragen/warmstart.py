@@ -7,7 +7,7 @@ to reinforce. ``ragen run`` therefore first fine-tunes it on the env's (noisy) e
 
 The fine-tuned model is cached in a user folder (``$RAGEN_CACHE_DIR`` or ``$XDG_CACHE_HOME/ragen`` or
 ``~/.cache/ragen``, then ``warmstart/<key>``), keyed by everything that changes it: the env variant, its options and
-its plugin's version, the model section, the warm-start settings, the parser, the context cap and the format penalty.
+its plugin's version, the model section, the warm-start settings, the parser and the context cap.
 A second identical run copies the cached model into its run folder and starts RL at once.
 """
 
@@ -60,7 +60,6 @@ def key_inputs(cfg: RunConfig) -> dict:
         "warmstart": warm,
         "parser": cfg.rollout.parser,
         "max_model_len": cfg.rollout.max_model_len,
-        "format_penalty": cfg.trainer.format_penalty,
     }
 
 

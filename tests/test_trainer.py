@@ -134,3 +134,14 @@ def test_run_folder_contents(tmp_path):
     for key in ("env_name", "seed", "group_id", "turns", "input_ids", "loss_mask", "policy_version", "success", "truncated"):
         assert key in traj
     assert list((run / "checkpoints" / "actor").glob("step1"))
+
+
+def test_default_format_penalty_is_below_every_valid_sokoban_turn():
+    """A malformed turn executes nothing; if its penalty were above the cost of a valid turn's moves, RL would learn to
+    break the format (it did with RAGEN's -0.1 on sokoban: docs/models.md)."""
+    import ragen
+    from ragen_sokoban.env import STEP_PENALTY
+
+    env = ragen.make_env("sokoban")
+    worst_valid_turn = env.config.max_actions_per_turn * STEP_PENALTY  # moves that push nothing
+    assert load_config().trainer.format_penalty < worst_valid_turn
