@@ -2,12 +2,13 @@
 
 Speed. ragen-sokoban: `ragen_sokoban.generator.generate` with the `sokoban` variant's settings (search depth 300,
 min 1 push, the 10-move budget); every level is verified by the move-optimal BFS and the time includes it. The
-layout cache is cleared before each block, so every block is a cold start. A second row keeps RAGEN's distribution
-(no budget). gym-sokoban 0.0.6 (RAGEN's generator origin): `generate_room(dim=(6, 6), num_steps=20, num_boxes=1)`
+layout cache is cleared before each pass over the seeds, so every pass starts cold. A second row keeps RAGEN's
+distribution (no budget). gym-sokoban 0.0.6 (RAGEN's generator origin): `generate_room(dim=(6, 6), num_steps=20, num_boxes=1)`
 seeded per level with `random.seed(s); np.random.seed(s)`; its reverse play has a hard-coded depth of 300 and it
 verifies nothing. It runs in a worker process of a throwaway venv (`--anchor-python`, built with `python -m venv`
-+ `pip install gym-sokoban` when missing; never a project dependency). Blocks of the same seeds are interleaved
-ours, gym, ours, gym ... and the table reports the median block time per level. RAGEN's own generator (not on
++ `pip install gym-sokoban` when missing; never a project dependency). Each pass walks the seeds in chunks of 50,
+ours then gym-sokoban per chunk (interleaved, so both see the same machine load); the table reports the median pass,
+as CPU time of the generating process (steadier on a shared machine) and as wall time. RAGEN's own generator (not on
 PyPI) measured 0.755x gym-sokoban's time in issue 17, so 26x gym-sokoban is about 20x RAGEN's.
 
 Distribution. For each 1- and 2-box variant: the optimal move count of its levels (histogram, mean, <= 3 and
@@ -15,7 +16,7 @@ one-move shares), the one-push share and the share of levels starting with a box
 figures measured in issue 17 on its own generator (6x6: mean 3.98 moves, 8.2% one-move levels; 8x8 2 boxes:
 mean 5.9 moves, 12% need <= 3 moves, no one-push level, no box on a target).
 
-    python bench/sokoban_generation.py [--n 1000] [--reps 5] [--dist-n 1000]
+    python bench/sokoban_generation.py [--n 1000] [--reps 5] [--chunk 50] [--dist-n 1000]
 
 The machine is shared: the load average is printed and saved, and only ratios measured in one run are compared.
 """
@@ -45,7 +46,7 @@ print("ready", flush=True)
 for line in sys.stdin:
     start, n = map(int, line.split())
     ok = 0
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for s in range(start, start + n):
         random.seed(s); np.random.seed(s)
         try:
@@ -53,7 +54,7 @@ for line in sys.stdin:
             ok += 1
         except (RuntimeError, RuntimeWarning, ValueError):
             pass
-    print(time.perf_counter() - t, ok, flush=True)
+    print(time.perf_counter() - t, time.process_time() - c, ok, flush=True)
 """
 #: RAGEN's generator on the same questions (issue 17, measured on its own code): variant -> figures
 RAGEN_REFERENCE = {
@@ -63,15 +64,22 @@ RAGEN_REFERENCE = {
 SEED0 = 10_000
 
 
-def ours_block(n: int, budget: int | None) -> float:
-    from ragen_sokoban.generator import _distances, generate, layout
+def clear_caches() -> None:
+    """Forget the floor tables of earlier levels: every pass over the seeds starts cold."""
+    from ragen_sokoban.generator import _distances, layout
 
-    layout.cache_clear()  # cold: no floor tables from an earlier block
+    layout.cache_clear()
     _distances.cache_clear()
-    t = time.perf_counter()
-    for seed in range(SEED0, SEED0 + n):
+
+
+def ours_chunk(start: int, n: int, budget: int | None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) to generate seeds start..start+n-1."""
+    from ragen_sokoban.generator import generate
+
+    t, c = time.perf_counter(), time.process_time()
+    for seed in range(start, start + n):
         generate(seed, 6, 6, 1, 300, min_pushes=1, max_moves=budget)
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def anchor_python(path: str | None) -> str:
@@ -93,11 +101,12 @@ class GymWorker:
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError("gym-sokoban worker did not start (is gym-sokoban installed in the anchor venv?)")
 
-    def block(self, n: int) -> tuple[float, int]:
-        self.proc.stdin.write(f"{SEED0} {n}\n")
+    def chunk(self, start: int, n: int) -> tuple[float, float, int]:
+        """(wall seconds, CPU seconds of the worker, rooms made) for seeds start..start+n-1."""
+        self.proc.stdin.write(f"{start} {n}\n")
         self.proc.stdin.flush()
-        seconds, ok = self.proc.stdout.readline().split()
-        return float(seconds), int(ok)
+        wall, cpu, ok = self.proc.stdout.readline().split()
+        return float(wall), float(cpu), int(ok)
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -110,33 +119,53 @@ def speed(args) -> dict:
     except (subprocess.SubprocessError, OSError, RuntimeError) as exc:
         print(f"gym-sokoban unavailable ({type(exc).__name__}: {exc}); comparison skipped")
         gym = None
-    times: dict[str, list[float]] = {"ours_budget": [], "ours_no_budget": [], "gym": []}
+    keys = ["ours_budget", "ours_no_budget"] + (["gym"] if gym is not None else [])
+    wall = {k: [] for k in keys}  # per pass over all seeds: total seconds
+    cpu = {k: [] for k in keys}
     gym_ok = 0
-    for _ in range(args.reps):  # interleaved: A B C, A B C, ...
-        times["ours_budget"].append(ours_block(args.n, 10))
-        times["ours_no_budget"].append(ours_block(args.n, None))
-        if gym is not None:
-            seconds, gym_ok = gym.block(args.n)
-            times["gym"].append(seconds)
+    for _ in range(args.reps):
+        clear_caches()
+        totals = {k: [0.0, 0.0] for k in keys}
+        for start in range(SEED0, SEED0 + args.n, args.chunk):  # chunks interleaved A B C, A B C, ...
+            n = min(args.chunk, SEED0 + args.n - start)
+            for key, budget in (("ours_budget", 10), ("ours_no_budget", None)):
+                w, c = ours_chunk(start, n, budget)
+                totals[key][0] += w
+                totals[key][1] += c
+            if gym is not None:
+                w, c, ok = gym.chunk(start, n)
+                totals["gym"][0] += w
+                totals["gym"][1] += c
+                gym_ok += ok
+        for k in keys:
+            wall[k].append(totals[k][0])
+            cpu[k].append(totals[k][1])
     if gym is not None:
         gym.close()
-    per = {k: 1000 * statistics.median(v) / args.n for k, v in times.items() if v}  # ms per level
+    ms = lambda xs: 1000 * statistics.median(xs) / args.n  # noqa: E731 - ms per level, median pass
     rows = [("ragen-sokoban (move-BFS verified, budget 10)", "ours_budget"),
             ("ragen-sokoban (move-BFS verified, no budget)", "ours_no_budget"),
-            (f"gym-sokoban 0.0.6 generate_room ({gym_ok}/{args.n} ok)", "gym")]
-    print(f"\nGeneration, 6x6 1 box, {args.n} seeds x {args.reps} interleaved blocks (median block)")
-    print(f"{'generator':<48}{'ms/level':>10}{'gym-sokoban / this':>20}")
+            (f"gym-sokoban 0.0.6 generate_room ({gym_ok}/{args.n * args.reps} ok)", "gym")]
+    print(f"\nGeneration, 6x6 1 box, seeds {SEED0}..{SEED0 + args.n - 1}, {args.reps} cold passes, chunks of "
+          f"{args.chunk} interleaved (median pass)")
+    print(f"{'generator':<48}{'CPU ms/level':>13}{'gym / this':>11}{'wall ms/level':>15}{'gym / this':>11}")
     out = []
     for name, key in rows:
-        if key not in per:
+        if key not in wall:
             continue
-        ratio = per["gym"] / per[key] if "gym" in per else None
-        print(f"{name:<48}{per[key]:>10.4f}{'' if ratio is None else f'{ratio:>19.1f}x'}")
-        out.append({"generator": name, "ms_per_level": per[key], "block_seconds": times[key],
-                    "gym_sokoban_over_this": ratio})
-    if "gym" in per:
-        print(f"target: >= 26x gym-sokoban (about 20x RAGEN's generate_room, which took 0.755x gym-sokoban's time)")
-    return {"rows": out, "gym_sokoban_over_ours": per["gym"] / per["ours_budget"] if "gym" in per else None}
+        row = {"generator": name, "cpu_ms_per_level": ms(cpu[key]), "wall_ms_per_level": ms(wall[key]),
+               "cpu_pass_seconds": cpu[key], "wall_pass_seconds": wall[key]}
+        if "gym" in wall:
+            row["gym_sokoban_over_this_cpu"] = ms(cpu["gym"]) / row["cpu_ms_per_level"]
+            row["gym_sokoban_over_this_wall"] = ms(wall["gym"]) / row["wall_ms_per_level"]
+        ratio = (f"{row['gym_sokoban_over_this_cpu']:>10.1f}x", f"{row['gym_sokoban_over_this_wall']:>10.1f}x") \
+            if "gym" in wall else ("", "")
+        print(f"{name:<48}{row['cpu_ms_per_level']:>13.4f}{ratio[0]}{row['wall_ms_per_level']:>15.4f}{ratio[1]}")
+        out.append(row)
+    if "gym" in wall:
+        print("target: >= 26x gym-sokoban (about 20x RAGEN's generate_room, which took 0.755x gym-sokoban's time)")
+    return {"rows": out, "gym_sokoban_over_ours_cpu": out[0].get("gym_sokoban_over_this_cpu"),
+            "gym_sokoban_over_ours_wall": out[0].get("gym_sokoban_over_this_wall")}
 
 
 def distribution(args) -> list[dict]:
@@ -174,8 +203,9 @@ def distribution(args) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1000, help="Seeds per timed block.")
-    ap.add_argument("--reps", type=int, default=5, help="Interleaved blocks per generator.")
+    ap.add_argument("--n", type=int, default=1000, help="Seeds per timed pass.")
+    ap.add_argument("--reps", type=int, default=5, help="Cold passes over the seeds per generator.")
+    ap.add_argument("--chunk", type=int, default=50, help="Seeds per interleaved chunk.")
     ap.add_argument("--dist-n", type=int, default=1000, help="Levels per variant for the distribution.")
     ap.add_argument("--anchor-python", default=None, help=f"Python of a venv with gym-sokoban (default {ANCHOR_VENV}).")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "sokoban_generation.json")
@@ -183,7 +213,7 @@ def main() -> None:
     load_before = os.getloadavg()
     result = {"benchmark": "sokoban_generation", "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs (shared)", "python": platform.python_version(),
-              "room": "6x6", "boxes": 1, "n": args.n, "reps": args.reps}
+              "room": "6x6", "boxes": 1, "n": args.n, "reps": args.reps, "chunk": args.chunk}
     result.update(speed(args))
     result["loadavg_1m_before_after"] = [load_before[0], os.getloadavg()[0]]
     print(f"load average (1 min) before/after the timing: {load_before[0]:.2f} / {os.getloadavg()[0]:.2f} "
