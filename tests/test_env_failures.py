@@ -5,42 +5,32 @@ import logging
 import sys
 
 import attrs
-import numpy as np
 import pytest
 
 from conftest import ROOT
-from ragen import Env, EnvConfig, Expert, hookimpl, option
+from ragen import EnvConfig, hookimpl, option
 from ragen.components import component_config, make_env
 from ragen.errors import RegistrationError
 from ragen.plugins import broken_plugins, get_registry, register_plugin
 
+FIXTURE = ROOT / "tests" / "fixture_plugins" / "ragen-tinyenv"
+sys.path.insert(0, str(FIXTURE))
+from ragen_tinyenv import CoinEnv  # noqa: E402  (the fixture plugin's env, not installed in the test venv)
 
-class _Expert(Expert):
-    def next_actions(self, env, k):
-        return [env.side]
 
-
-class FlakyCoin(Env):
-    """Guess the coin; reset raises on seeds = 1 mod 3 and a step raises on seeds = 2 mod 3."""
-
-    def __init__(self, config=None, render_mode="ansi"):
-        super().__init__(config, render_mode)
-        self.action_names = ["Heads", "Tails"]
-        self.instructions = "Say which side the coin shows."
-        self.expert = _Expert()
+class FlakyCoin(CoinEnv):
+    """tiny-coin whose reset raises on seeds = 1 mod 3 and whose step raises on seeds = 2 mod 3."""
 
     def _reset(self, seed, options):
         if seed % 3 == 1:
             raise RuntimeError(f"reset exploded on seed {seed}")
         self.seed_ = seed
-        self.side = ["Heads", "Tails"][int(np.random.default_rng(seed).integers(2))]
-        return f"The coin shows {self.side}.", {}
+        return super()._reset(seed, options)
 
     def _step(self, action):
         if self.seed_ % 3 == 2:
             raise ValueError("step exploded")
-        win = self.canonical_action(action) == self.side
-        return "done", float(win), True, False, {"success": win, "action_is_valid": True, "action_is_effective": True}
+        return super()._step(action)
 
 
 def test_corpus_skips_and_counts_episodes_that_raise(caplog):
@@ -92,9 +82,7 @@ def test_an_env_config_that_is_not_an_env_config_is_refused_at_registration(fres
         Registry("env").register("x", FlakyCoin, dist="d", config=NotAnEnvConfig)
 
 
-def test_the_fixture_plugin_registers_tiny_coin_with_a_config(fresh_plugins, monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "fixture_plugins" / "ragen-tinyenv"))
-    sys.modules.pop("ragen_tinyenv", None)
+def test_the_fixture_plugin_registers_tiny_coin_with_a_config(fresh_plugins):
     import ragen_tinyenv
 
     register_plugin(ragen_tinyenv, "tinyenv", dist="ragen-tinyenv")

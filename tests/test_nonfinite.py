@@ -4,46 +4,35 @@ a one-line error; a policy whose weights overflowed is never sampled from."""
 
 import json
 import math
+import sys
 
-import numpy as np
 import pytest
 import torch
 
-from ragen import Env, EnvConfig, Expert, hookimpl
+from conftest import ROOT
+from ragen import EnvConfig, hookimpl
 from ragen.config import load_config
 from ragen.errors import RagenError
 from ragen.plugins import register_plugin
 from ragen.rollout.runner import NONFINITE_FLAG, _finite_reward
 
-
-class _Expert(Expert):
-    def next_actions(self, env, k):
-        return [env.side]
+sys.path.insert(0, str(ROOT / "tests" / "fixture_plugins" / "ragen-tinyenv"))
+from ragen_tinyenv import CoinEnv  # noqa: E402  (the fixture plugin's env, not installed in the test venv)
 
 
-class NanCoinEnv(Env):
-    """Guess the coin's side; the reward of a right guess is NaN on odd seeds and +inf on seeds divisible by 4."""
+class NanCoinEnv(CoinEnv):
+    """tiny-coin whose reward is NaN on odd seeds and +inf on seeds divisible by 4."""
 
     failure_reward = -0.5  # what a broken reward is replaced by (the default is 0.0)
 
-    def __init__(self, config=None, render_mode="ansi"):
-        super().__init__(config, render_mode)
-        self.action_names = ["Heads", "Tails"]
-        self.instructions = "Say which side the coin shows."
-        self.expert = _Expert()
-
     def _reset(self, seed, options):
         self.seed_ = seed
-        self.side = ["Heads", "Tails"][int(np.random.default_rng(seed).integers(2))]
-        self.task_id = f"nan-coin/s{seed}"
-        return f"The coin shows {self.side}.", {}
+        return super()._reset(seed, options)
 
     def _step(self, action):
-        ok = self.canonical_action(action)
-        win = ok == self.side
-        reward = math.nan if self.seed_ % 2 else math.inf if self.seed_ % 4 == 0 else float(win)
-        return "done", reward, ok is not None, False, {"success": win, "action_is_valid": ok is not None,
-                                                      "action_is_effective": ok is not None}
+        obs, reward, term, trunc, info = super()._step(action)
+        reward = math.nan if self.seed_ % 2 else math.inf if self.seed_ % 4 == 0 else reward
+        return obs, reward, term, trunc, info
 
 
 class _Plugin:
@@ -92,17 +81,23 @@ def test_nan_rewards_leave_the_run_going_and_are_counted(nan_coin, tmp_path):
     assert {t["turns"][0]["reward"] for t in traj if t["seed"] % 2} == {-0.5}
 
 
-def test_a_nan_loss_skips_that_update_and_the_run_goes_on(nan_coin, tmp_path, monkeypatch):
+def nan_loss(monkeypatch, poisoned=lambda call: True):
+    """Make the policy loss NaN on the calls (1-based) ``poisoned`` selects."""
     import ragen.trainer as tr
 
     real, calls = tr.policy_loss, []
 
-    def nan_on_first_step(*args, **kwargs):
+    def patched(*args, **kwargs):
         calls.append(1)
         pg, pm = real(*args, **kwargs)
-        return (pg * math.nan if len(calls) == 1 else pg), pm
+        return (pg * math.nan if poisoned(len(calls)) else pg), pm
 
-    monkeypatch.setattr(tr, "policy_loss", nan_on_first_step)
+    monkeypatch.setattr(tr, "policy_loss", patched)
+    return tr
+
+
+def test_a_nan_loss_skips_that_update_and_the_run_goes_on(nan_coin, tmp_path, monkeypatch):
+    tr = nan_loss(monkeypatch, lambda call: call == 1)
     trainer = tr.Trainer(cfg(tmp_path), tmp_path / "run")
     try:
         before = {k: v.detach().clone() for k, v in trainer.actor.module.named_parameters()}
@@ -118,27 +113,14 @@ def test_a_nan_loss_skips_that_update_and_the_run_goes_on(nan_coin, tmp_path, mo
 
 
 def test_nan_loss_counter_reaches_metrics_jsonl(nan_coin, tmp_path, monkeypatch):
-    import ragen.trainer as tr
-
-    real, calls = tr.policy_loss, []
-
-    def nan_once(*args, **kwargs):
-        calls.append(1)
-        pg, pm = real(*args, **kwargs)
-        return (pg * math.nan if len(calls) == 2 else pg), pm
-
-    monkeypatch.setattr(tr, "policy_loss", nan_once)
-    run = tr.train(cfg(tmp_path), warmstart=False)
+    run = nan_loss(monkeypatch, lambda call: call == 2).train(cfg(tmp_path), warmstart=False)
     skipped = {r["step"]: r["actor/skipped_updates"] for r in rows(run) if "actor/skipped_updates" in r}
     assert skipped == {1: 0.0, 2: 1.0, 3: 0.0}
     assert (run / "final" / "config.json").is_file()
 
 
 def test_k_skipped_updates_in_a_row_stop_with_checkpoint_export_and_one_line(nan_coin, tmp_path, monkeypatch):
-    import ragen.trainer as tr
-
-    real = tr.policy_loss
-    monkeypatch.setattr(tr, "policy_loss", lambda *a, **k: (lambda pg, pm: (pg * math.nan, pm))(*real(*a, **k)))
+    tr = nan_loss(monkeypatch)
     with pytest.raises(RagenError) as exc:
         tr.train(cfg(tmp_path, "trainer.steps=10", "trainer.max_skipped_updates=2"), warmstart=False)
     msg = str(exc.value)
