@@ -282,36 +282,12 @@ def _reverse_play_one(lay: Layout, target: int, player: int, max_depth: int) -> 
     near, dist = lay.near, _distances(lay.rows, lay.cols, target)
     top = _pull_bound(lay, target, dist)
     best, best_key = 0, target << 8 | player
-    if max_depth >= len(lay.cells) ** 2:  # no DFS path is that long: the depth never binds, leave it out
-        seen = set()
-        stack = [best_key]
-        pop, push, visit = stack.pop, stack.append, seen.add
-        while stack:
-            key = pop()
-            if key in seen:
-                continue
-            visit(key)
-            box, pl = key >> 8, key & 255
-            if dist[box] > best:
-                best, best_key = dist[box], key
-                if best == top:
-                    break
-            high, pull = key ^ pl, pl << 8  # the box's part of a walk's key; a pull's key (player below)
-            for nxt, behind in near[pl]:
-                if nxt != box:
-                    k = high | nxt
-                    if k not in seen:
-                        push(k)
-                    if behind == box:
-                        k = pull | nxt
-                        if k not in seen:
-                            push(k)
-        return best, (best_key >> 8,), best_key & 255
     seen = set()
-    stack = [(best_key, 0)]
+    stack = [best_key]  # entries: depth << 16 | box << 8 | player
     pop, push, visit = stack.pop, stack.append, seen.add
     while stack:
-        key, depth = pop()
+        entry = pop()
+        key = entry & 0xFFFF
         if key in seen:
             continue
         visit(key)
@@ -320,15 +296,19 @@ def _reverse_play_one(lay: Layout, target: int, player: int, max_depth: int) -> 
             best, best_key = dist[box], key
             if best == top:
                 break
-        if depth >= max_depth:
+        depth = (entry >> 16) + 1
+        if depth > max_depth:
             continue
-        depth += 1
+        high, pull, deep = key ^ pl, pl << 8, depth << 16  # a walk's key lacks only the player; a pull's, the box
         for nxt, behind in near[pl]:
             if nxt != box:
-                if box << 8 | nxt not in seen:
-                    push((box << 8 | nxt, depth))
-                if behind == box and pl << 8 | nxt not in seen:
-                    push((pl << 8 | nxt, depth))
+                k = high | nxt
+                if k not in seen:
+                    push(deep | k)
+                if behind == box:
+                    k = pull | nxt
+                    if k not in seen:
+                        push(deep | k)
     return best, (best_key >> 8,), best_key & 255
 
 

@@ -56,8 +56,9 @@ def expected_return(board: Board, player: int, boxes, moves) -> float:
     return total + 10.0 * (boxes <= board.targets)
 
 
-def fewest_pushes(board: Board, player: int, boxes) -> int | None:
-    """Reference optimum: 0-1 BFS over (player, boxes), walking costs 0 and pushing 1 (no pruning, no canonical cell)."""
+def reference_optimum(board: Board, player: int, boxes, walk_cost: int) -> int | None:
+    """Independent optimum: 0-1 BFS over (player, boxes) with no pruning and no bitmasks, a push costing 1 and a walk
+    ``walk_cost`` (0: the fewest pushes, 1: the fewest moves)."""
     start = (player, frozenset(boxes))
     dist = {start: 0}
     queue = deque([start])
@@ -67,7 +68,7 @@ def fewest_pushes(board: Board, player: int, boxes) -> int | None:
         if bx <= board.targets:
             return d
         for name, nxt in board.neighbours[pl]:
-            cost, nbx = 0, bx
+            cost, nbx = walk_cost, bx
             if nxt in bx:
                 dest = board.move(nxt, name)
                 if dest is None or dest in bx:
@@ -80,27 +81,12 @@ def fewest_pushes(board: Board, player: int, boxes) -> int | None:
     return None
 
 
+def fewest_pushes(board: Board, player: int, boxes) -> int | None:
+    return reference_optimum(board, player, boxes, walk_cost=0)
+
+
 def fewest_moves(board: Board, player: int, boxes) -> int | None:
-    """Reference optimum: plain BFS over (player, boxes), every walk or push one move (no pruning, no bitmasks)."""
-    start = (player, frozenset(boxes))
-    dist = {start: 0}
-    queue = deque([start])
-    while queue:
-        state = queue.popleft()
-        (pl, bx), d = state, dist[state]
-        if bx <= board.targets:
-            return d
-        for name, nxt in board.neighbours[pl]:
-            nbx = bx
-            if nxt in bx:
-                dest = board.move(nxt, name)
-                if dest is None or dest in bx:
-                    continue
-                nbx = (bx - {nxt}) | {dest}
-            if (nxt, nbx) not in dist:
-                dist[(nxt, nbx)] = d + 1
-                queue.append((nxt, nbx))
-    return None
+    return reference_optimum(board, player, boxes, walk_cost=1)
 
 
 def start_of(level_room) -> tuple[Board, int, frozenset]:
