@@ -330,6 +330,16 @@ def test_report_in_headless_chromium(real_run, tmp_path):
         cards[0].find_element(By.CSS_SELECTOR, ".turn details summary").click()
         raw = cards[0].find_element(By.CSS_SELECTOR, ".turn details pre").text
         assert raw.strip() and raw.strip()[:20] in want["turns"][0]["response_text"]
+        # the filters: successes only (the untrained model has none at this step, so the viewer says so), then failures
+        Select(driver.find_element(By.ID, "sel-filter")).select_by_value("success")
+        shown = driver.find_elements(By.CSS_SELECTOR, ".traj-card")
+        assert all("success" in c.get_attribute("class").split() for c in shown)
+        assert shown or "No trajectory matches" in driver.find_element(By.ID, "group-view").text
+        Select(driver.find_element(By.ID, "sel-filter")).select_by_value("failure")
+        shown = driver.find_elements(By.CSS_SELECTOR, ".traj-card")
+        assert shown and all("failure" in c.get_attribute("class").split() for c in shown)
+        # the choice made before survives a filter that hid it
+        assert [c.get_attribute("data-episode") for c in shown] == [f"val/frozenlake/s{want['seed']}/g1/r0"]
         # nothing was fetched: the page is self-contained
         assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
         shot = run / "report-screenshot.png"

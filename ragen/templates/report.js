@@ -19,9 +19,12 @@
     return node;
   }
 
-  // Replace a select's options, keeping the current choice when it is still offered.
+  // The user's last choice per select: kept across filters that hide it for a while (success, then failure again).
+  const wanted = {};
+
+  // Replace a select's options, keeping the wanted (else the current) choice when it is offered.
   function fill(select, values, labels) {
-    const keep = select.value;
+    const keep = wanted[select.id.slice(4)] ?? select.value;
     select.replaceChildren(...values.map((v, i) => el("option", { value: String(v) }, labels ? labels[i] : v)));
     if (values.map(String).includes(keep)) select.value = keep;
   }
@@ -114,11 +117,15 @@
       if (!want.has(k)) continue;
       if (k !== "run" && k !== "filter") refreshChoices();
       sel[k].value = want.get(k);
+      wanted[k] = want.get(k);
     }
   }
 
   fromHash();
-  ids.forEach((k) => sel[k].addEventListener("change", render));
+  ids.forEach((k) => sel[k].addEventListener("change", () => {
+    wanted[k] = sel[k].value;
+    render();
+  }));
   render();
   document.body.dataset.viewerReady = "1";
 })();
