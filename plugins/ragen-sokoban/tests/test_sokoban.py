@@ -151,6 +151,20 @@ def test_expert_plan_is_move_optimal():
             assert env.solved()
 
 
+@pytest.mark.parametrize("name", ["sokoban", "sokoban-large"])
+def test_expert_episodes_all_succeed_within_the_turn_budget(name):
+    """What the warm start records: expert turns of max_actions_per_turn actions through the core's episode, every
+    deterministic level solved within 5 turns x 2 actions."""
+    env = ragen.make_env(name)
+    for seed in range(300):
+        ep = Episode(env)
+        ep.reset(seed=seed)
+        while not ep.done:
+            plan = env.expert.next_actions(env, env.config.max_actions_per_turn)
+            ep.step_turn(" || ".join(plan) if plan else None)
+        assert ep.success, (name, seed)
+
+
 def test_no_level_solvable_within_the_budget_is_rejected():
     """The generated level is the first reverse-played candidate whose move optimum fits the 10-move budget."""
     for seed in range(1000):
