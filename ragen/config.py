@@ -246,8 +246,10 @@ class RolloutSection:
     """How trajectories are sampled. Defaults are sized for a CPU run; configs/ragen.yaml has RAGEN's."""
 
     n_groups: int = option(4, "Env groups per step; all members of a group share one seed (RAGEN env_groups: 8).")
-    group_size: int = option(4, "Members per group (RAGEN: 16); GRPO's statistics and the filters work per group.")
-    n_val_groups: int = option(16, "Validation groups, seeds 123.. , one member each (RAGEN: 512).")
+    group_size: int = option(8, "Members per group (RAGEN: 16); GRPO's statistics and the filters work per group (8: a "
+                                "warm-started built-in model succeeds in some members of most groups).")
+    n_val_groups: int = option(64, "Validation groups, seeds 123.. , one member each (RAGEN: 512; 64 gives a success rate "
+                                   "a standard error of 4-6 points).")
     temperature: float = option(1.0, "Training sampling temperature (RAGEN: 1.0).")
     top_p: float = option(1.0, "Training nucleus sampling (RAGEN: 1.0 = off).")
     val_temperature: float = option(0.5, "Validation sampling temperature (RAGEN: 0.5).")
