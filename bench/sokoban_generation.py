@@ -144,7 +144,9 @@ def speed(args) -> dict:
     if gym is not None:
         gym.close()
         wall["gym"] = [x for x in wall["gym"] if x]  # a pass with gym-sokoban unavailable records nothing
-    ms = lambda xs: 1000 * statistics.median(xs) / args.n  # noqa: E731 - ms per level, median pass
+    def ms(xs: list[float]) -> float:  # ms per level of the median pass
+        return 1000 * statistics.median(xs) / args.n
+
     rows = [("ragen-sokoban (move-BFS verified, budget 10)", "ours_budget"),
             ("ragen-sokoban (move-BFS verified, no budget)", "ours_no_budget"),
             (f"gym-sokoban 0.0.6 generate_room ({gym_ok}/{2 * args.n * args.reps} ok)", "gym")]

@@ -20,7 +20,6 @@ from ragen_sokoban.solver import (
     BOX,
     BOX_ON_TARGET,
     EMPTY,
-    MOVES,
     PLAYER,
     PLAYER_ON_TARGET,
     TARGET,
