@@ -5,7 +5,12 @@ The same multi-turn rollout (same seeds, greedy, so both runs sample the same id
 the new tokens after the kept keys/values. For the re-encoding run the table also shows a bare forward pass over each
 turn's prompts (the prefill that reuse avoids after turn 1).
 
+A second part (issue 13) measures the engine before and after that issue on sampled multi-turn rollouts (64
+trajectories x 5 turns, temperature 1, seeded): generated tokens per second of generate time, interleaved, median
+of the repeats, with the sampled ids compared. `--multiturn-only` runs just that part and adds it to the JSON.
+
     python bench/kv_reuse.py [--model tiny|PATH] [--env frozenlake-slippery] [--groups 4] [--group-size 4] [--repeats 3]
+        [--threads 1] [--multiturn-only] [--before 912ee4a]
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from datetime import date
@@ -36,7 +42,9 @@ class TimedEngine:
 
     @torch.no_grad()
     def _prefill(self, prompts: list[list[int]]) -> float:
-        ids, mask, _ = self.engine._layout(prompts)  # the engine's own left padding (no cache: kv_reuse is off here)
+        width = max(map(len, prompts))  # left padding, every prompt re-encoded whole
+        ids = torch.tensor([[self.engine.pad_token_id] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         t = time.perf_counter()
         self.engine.model(input_ids=ids.to(self.engine.device), attention_mask=mask.to(self.engine.device), use_cache=True)
         return time.perf_counter() - t
@@ -60,6 +68,51 @@ def rollout(model, tok, args, reuse: bool) -> tuple[list[dict], dict, list]:
     return engine.rows, engine.engine.kv_stats, [t.input_ids for t in res.trajectories]
 
 
+def old_engine_class(commit: str):
+    """``HFEngine`` as it was at ``commit`` (git show), to measure before/after on the same machine and load."""
+    import importlib.util
+    import subprocess
+
+    src = subprocess.run(["git", "show", f"{commit}:ragen/rollout/hf_engine.py"], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parent).stdout
+    path = Path(tempfile.mkdtemp(prefix="ragen-old-engine-")) / f"hf_engine_{commit}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.HFEngine
+
+
+def multiturn(model, tok, args) -> dict:
+    """Sampled multi-turn rollouts (temperature 1, seeded) with the engine before issue 13 (``--before``) and now:
+    generated tokens per second of generate time, runs interleaved, median of ``--repeats``."""
+    engines = {"before": old_engine_class(args.before), "after": HFEngine}
+    runs: dict[str, list] = {k: [] for k in engines}
+    ids: dict[str, list] = {}
+    for r in range(args.repeats):
+        for name, cls in engines.items():
+            timed = TimedEngine(cls(model, tok))
+            t = time.perf_counter()
+            with EnvGroups(args.env, group_size=args.mt_group_size, n_groups=args.mt_groups) as groups:
+                res = run_rollout(timed, tok, groups, SamplingParams(temperature=1.0, seed=1000 + r, max_new_tokens=args.mt_new_tokens),
+                                  chat_format=ChatFormat(tok))
+            wall = time.perf_counter() - t
+            gen_s = sum(row["generate_s"] for row in timed.rows)
+            new = sum(row["new_tokens_mean"] * row["batch"] for row in timed.rows)
+            runs[name].append({"generate_s": gen_s, "rollout_s": wall, "new_tokens": new, "tok_per_s": new / gen_s,
+                               "turns": max(len(t.turns) for t in res.trajectories), "load_1m": os.getloadavg()[0]})
+            ids.setdefault(name, []).append([t.input_ids for t in res.trajectories])
+            print(f"multi-turn {name} repeat {r + 1}: {new / gen_s:.0f} tok/s (load {os.getloadavg()[0]:.1f})", flush=True)
+    med = {k: statistics.median(x["tok_per_s"] for x in v) for k, v in runs.items()}
+    same = all(a == b for a, b in zip(ids["before"], ids["after"]))
+    print(f"multi-turn {args.mt_groups * args.mt_group_size} {args.env} trajectories x up to 5 turns, <= {args.mt_new_tokens} "
+          f"new tokens a turn: before {med['before']:.0f} tok/s, after {med['after']:.0f} tok/s "
+          f"({med['after'] / med['before']:.2f}x); same sampled ids: {same}")
+    return {"before_commit": args.before, "trajectories": args.mt_groups * args.mt_group_size, "runs": runs,
+            "median_tok_per_s": med, "speedup": med["after"] / med["before"], "same_sampled_ids": same,
+            "threads": torch.get_num_threads()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny")
@@ -68,10 +121,24 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3, help="Rollouts per setting; the fastest is reported.")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "kv_reuse.json")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--multiturn-only", action="store_true", help="Only the before/after multi-turn rollouts.")
+    ap.add_argument("--before", default="912ee4a", help="Commit whose HFEngine is 'before' (the one before issue 13).")
+    ap.add_argument("--mt-groups", type=int, default=16)
+    ap.add_argument("--mt-group-size", type=int, default=4)
+    ap.add_argument("--mt-new-tokens", type=int, default=48)
     args = ap.parse_args()
 
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model, tok = load_model_and_tokenizer(args.model, tempfile.mkdtemp(prefix="ragen-kv-"), [args.env])
+    if args.multiturn_only:
+        old = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        old["multiturn"] = {"date": date.today().isoformat(), "model": args.model, **multiturn(model, tok, args)}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(old, indent=2))
+        print(f"wrote {args.out}")
+        return
     best: dict[bool, tuple] = {}
     for _ in range(args.repeats):
         for reuse in (False, True):  # interleaved, so load changes hit both
@@ -91,7 +158,8 @@ def main() -> None:
     result = {"benchmark": "kv_reuse", "date": date.today().isoformat(), "model": args.model, "env": args.env,
               "machine": f"{platform.machine()} cpus={os.cpu_count()}", "episodes": args.groups * args.group_size,
               "reencode": plain, "reuse": reused, "generate_s_reencode": t_plain, "generate_s_reuse": t_reuse,
-              "saved_fraction": 1 - t_reuse / t_plain, "reused_prompt_token_fraction": frac, "same_sampled_ids": same}
+              "saved_fraction": 1 - t_reuse / t_plain, "reused_prompt_token_fraction": frac, "same_sampled_ids": same,
+              "multiturn": multiturn(model, tok, args)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")

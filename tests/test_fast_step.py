@@ -25,6 +25,7 @@ SMALL = [
     "trainer.micro_batch_size=2",
     "logging.progress=false",
     "logging.name=run",
+    "trainer.threads=1",
 ]
 
 
@@ -226,18 +227,29 @@ def test_cpu_init_compiles_no_deepspeed_op(tmp_path):
 
 
 # ---- generation: group prompts prefilled once, decoding without whole-cache copies --------------------------------
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from ragen.models import load_model_and_tokenizer
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as trainer.threads=1: on a loaded shared CPU more threads stall in OpenMP barriers
+    yield load_model_and_tokenizer("tiny", tmp_path_factory.mktemp("tiny"), ["frozenlake-slippery"])
+    torch.set_num_threads(threads)
+
+
 def _rollout_with(model, tok, **engine_kwargs):
     from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
 
     engine = HFEngine(model, tok, **engine_kwargs)
-    with EnvGroups("frozenlake-slippery", group_size=4, n_groups=2) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(temperature=1.0, seed=123, max_new_tokens=32),
+    with EnvGroups("frozenlake-slippery", group_size=3, n_groups=2) as groups:
+        res = run_rollout(engine, tok, groups, SamplingParams(temperature=1.0, seed=123, max_new_tokens=24),
                           chat_format=ChatFormat(tok))
     return res.trajectories, engine.kv_stats
 
 
-def test_group_prefill_sharing_gives_identical_trajectories(trainer):
-    model, tok = trainer.actor.module, trainer.tokenizer
+def test_group_prefill_sharing_gives_identical_trajectories(tiny):
+    model, tok = tiny
     plain, _ = _rollout_with(model, tok, share_prefill=False)
     shared, stats = _rollout_with(model, tok, share_prefill=True)
     assert stats["shared_prefill_tokens"] > 0  # the groups' first-turn prompts were prefilled once each

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,15 +66,71 @@ class _LogprobRecorder:
         return torch.stack(self.values[:n], dim=1).cpu()
 
 
+@functools.cache
+def _growing_layer_class():
+    """A ``DynamicLayer`` whose keys/values live in a preallocated buffer: each decoding step writes its new columns in
+    place and attention reads a view of the filled part, where ``DynamicLayer`` concatenates (a copy of the whole cache,
+    per layer, per token: quadratic in the turn's length). The buffer holds the prefill plus ``reserve`` tokens (the
+    call's ``max_new_tokens``) and doubles if outgrown."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def __init__(self, reserve: int):
+            super().__init__()
+            self.reserve, self._buf, self._n = int(reserve), None, 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            k = key_states.shape[-2]
+            if self._buf is None or self.keys is not self._view[0]:  # first write, or the tensors were replaced
+                held = (self.keys, self.values) if self.keys.dim() == 4 else None
+                self._alloc(key_states, value_states, k + self.reserve, held)
+            elif self._n + k > self._buf[0].shape[-2]:
+                self._alloc(key_states, value_states, 2 * (self._n + k), (self.keys, self.values))
+            n = self._n
+            self._buf[0][:, :, n : n + k] = key_states
+            self._buf[1][:, :, n : n + k] = value_states
+            self._n = n + k
+            self._view = (self._buf[0][:, :, : self._n], self._buf[1][:, :, : self._n])
+            self.keys, self.values = self._view
+            return self.keys, self.values
+
+        def _alloc(self, ks: torch.Tensor, vs: torch.Tensor, extra: int, held) -> None:
+            n = held[0].shape[-2] if held is not None else 0
+            self._buf = tuple(t.new_empty((t.shape[0], t.shape[1], n + extra, t.shape[-1])) for t in (ks, vs))
+            if held is not None:
+                self._buf[0][:, :, :n] = held[0]
+                self._buf[1][:, :, :n] = held[1]
+            self._n = n
+
+    return GrowingLayer
+
+
+def _new_cache(config: Any, reserve: int, prefill: list | None = None):
+    """An empty ``DynamicCache`` (or one holding ``prefill``'s per-layer (K, V)) whose full-attention layers grow in
+    place (``_growing_layer_class``); sliding-window or other special layers keep transformers' own class."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    growing = _growing_layer_class()
+    cache.layers = [growing(reserve) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    for layer, (k, v) in zip(cache.layers, prefill or []):
+        layer.update(k, v)
+    return cache
+
+
 class HFEngine:
     """Generation with a transformers causal LM; the trainer's module itself, so weights are always in sync."""
 
     def __init__(self, model: Any, tokenizer: Any, eos_token_ids: Sequence[int] | None = None, max_batch: int = 32,
-                 kv_reuse: bool = True):
+                 kv_reuse: bool = True, share_prefill: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch = max(1, int(max_batch))
         self.kv_reuse = kv_reuse
+        self.share_prefill = share_prefill
         self._kv: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # ids -> per-layer (k, v)
         self.kv_stats = {"prompt_tokens": 0, "reused_tokens": 0}
         if eos_token_ids is None:
@@ -135,8 +192,12 @@ class HFEngine:
         return best, entry
 
     def _layout(self, prompts: list[list[int]]):
-        """Input ids, attention mask and (if any row hits) the assembled cache: ``[pad | cached | pad | new]``."""
+        """Input ids, attention mask and (if any row starts from cached keys) the per-layer (K, V) of the cached part:
+        ``[pad | cached | pad | new]``. Cached parts come from the previous call (KV reuse) or, for prompts that
+        several rows share (a group's first turn), from one prefill of the shared prompt (``_shared_prefill``)."""
         hits = [self._cached_prefix(p) if self.kv_reuse else (0, None) for p in prompts]
+        if self.share_prefill:
+            hits = self._shared_prefill(prompts, hits)
         C = max(n for n, _ in hits)
         S = max(len(p) - n for p, (n, _) in zip(prompts, hits))
         width = C + S
@@ -151,8 +212,6 @@ class HFEngine:
         self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)
         if C == 0:
             return input_ids, attention_mask, None
-        from transformers import DynamicCache
-
         first = next(kv for _, kv in hits if kv is not None)  # per layer (k, v): [kv_heads, n, head_dim]
         layers = []
         for layer, (k0, v0) in enumerate(first):
@@ -163,7 +222,44 @@ class HFEngine:
                     K[row, :, C - n :] = kv[layer][0]
                     V[row, :, C - n :] = kv[layer][1]
             layers.append((K, V))
-        return input_ids, attention_mask, DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        return input_ids, attention_mask, layers
+
+    @torch.no_grad()
+    def _shared_prefill(self, prompts: list[list[int]], hits: list) -> list:
+        """Rows with no cache hit whose prompt other rows of the chunk share (a group's members see one prompt) get
+        the keys/values of that prompt but its last token from ONE forward pass per distinct prompt; ``_layout`` then
+        feeds each row only the last token. The cached columns are the same keys a per-row prefill computes (up to
+        float rounding), at the same positions."""
+        rows: dict[tuple[int, ...], list[int]] = {}
+        for r, (p, (n, _)) in enumerate(zip(prompts, hits)):
+            if n == 0 and len(p) > 1:
+                rows.setdefault(tuple(p[:-1]), []).append(r)
+        shared = [key for key, rs in rows.items() if len(rs) > 1]
+        if not shared:
+            return hits
+        width = max(map(len, shared))
+        ids = torch.full((len(shared), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(shared), width), dtype=torch.long)
+        for i, key in enumerate(shared):
+            ids[i, width - len(key) :] = torch.tensor(key, dtype=torch.long)
+            mask[i, width - len(key) :] = 1
+        device = self.device
+        was_training = bool(getattr(self.model, "training", False))
+        try:
+            self.model.eval()
+            out = self.model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                             position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device), use_cache=True)
+        finally:
+            self.model.train(was_training)
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        hits = list(hits)
+        for i, key in enumerate(shared):
+            entry = [(k[i][:, width - len(key) :], v[i][:, width - len(key) :]) for k, v in kv]
+            for r in rows[key]:
+                hits[r] = (len(key), entry)
+        self.kv_stats["shared_prefill_tokens"] = self.kv_stats.get("shared_prefill_tokens", 0) + sum(
+            len(key) * (len(rows[key]) - 1) for key in shared)
+        return hits
 
     def _keep(self, prompts, gens, attention_mask: torch.Tensor, cache: Any, kept: dict) -> None:
         """Put into ``kept`` each row's keys/values of its prompt and all sampled ids but the last, for the next call."""
@@ -183,8 +279,10 @@ class HFEngine:
         from transformers import GenerationConfig, LogitsProcessorList
 
         device = self.device
-        input_ids, attention_mask, past = self._layout(prompts)  # left padding (and cached rows, if any)
+        input_ids, attention_mask, prefill = self._layout(prompts)  # left padding (and cached rows, if any)
         width = input_ids.shape[1]
+        cached = prefill[0][0].shape[-2] if prefill else 0
+        past = _new_cache(self.model.config, width - cached + int(params.max_new_tokens), prefill)
         greedy = params.temperature <= 0
         cfg = GenerationConfig(
             do_sample=not greedy,
@@ -213,7 +311,7 @@ class HFEngine:
                     attention_mask=attention_mask.to(device),
                     generation_config=cfg,
                     logits_processor=LogitsProcessorList([recorder]),
-                    **({"past_key_values": past} if past is not None else {}),
+                    past_key_values=past,
                 )
         finally:
             self.model.generation_config = saved
