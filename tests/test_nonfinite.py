@@ -67,6 +67,13 @@ def test_finite_reward_replaces_nan_and_inf_by_the_failure_score():
     assert _finite_reward(object(), math.nan, {})[0] == 0.0  # no failure_reward declared: 0.0
 
 
+def test_a_shapers_nonfinite_scores_become_zero_and_are_counted():
+    from ragen.trainer import _finite_scores
+
+    assert _finite_scores([1.0, math.nan, -math.inf, 2.0]) == ([1.0, 0.0, 0.0, 2.0], 2)
+    assert _finite_scores([0.5, -1.0]) == ([0.5, -1.0], 0)
+
+
 def test_nan_rewards_leave_the_run_going_and_are_counted(nan_coin, tmp_path):
     from ragen.trainer import train
 
