@@ -11,7 +11,8 @@ Routes (WebShop's, plus a small JSON API for the env):
   (the purchase: scored once, later calls show the same score). ``keywords`` are word tokens joined by ``+``;
   ``options`` is a JSON object ``{dimension: value}``.
 
-Bad input gets a 4xx answer (JSON for ``/api``, a short page otherwise); nothing a client sends stops the server.
+Bad input gets a 4xx answer (JSON for ``/api``, a short page otherwise), never a 5xx; a method a route does not
+name (HEAD, OPTIONS, TRACE, ...) is a 405 with ``Allow``; nothing a client sends stops the server.
 Standalone: ``python -m ragen_webshop_server --port 3000`` (generated catalogue) or with ``--items-file`` and
 ``--instructions-file``.
 """
@@ -31,7 +32,7 @@ from typing import Any
 
 import attrs
 from flask import Flask, Response, abort, jsonify, redirect, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.serving import make_server
 
 from ragen_webshop_server import pages
@@ -126,6 +127,9 @@ def oracle_goal(goal: dict, product: dict) -> dict:
     return {**goal, "title": product["Title"], "product_options": product["options"]}
 
 
+AUTOMATIC_METHODS = ("HEAD", "OPTIONS")  #: answered by Flask on every route unless refused
+
+
 # ---- the app ------------------------------------------------------------------------------------------------------
 def create_app(catalogue: Catalogue, nouns: NounExtractor, source: str = "generated") -> Flask:
     app = Flask("ragen_webshop")
@@ -144,11 +148,22 @@ def create_app(catalogue: Catalogue, nouns: NounExtractor, source: str = "genera
     def instruction(visit: Visit) -> str:
         return goals[visit.goal_index]["instruction_text"]
 
+    @app.before_request
+    def refuse_head_and_options() -> None:
+        """Flask answers HEAD and OPTIONS on every route by itself; the shop serves only what its routes name."""
+        if request.method in AUTOMATIC_METHODS and request.routing_exception is None:
+            raise MethodNotAllowed(valid_methods=app.create_url_adapter(request).allowed_methods())
+
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
         if request.path.startswith("/api/") or request.path == "/health":
-            return jsonify(error=exc.description, code=exc.code), exc.code
-        return Response(pages.ERROR.render(code=exc.code, message=exc.description), exc.code, mimetype="text/html")
+            response = jsonify(error=exc.description, code=exc.code)
+        else:
+            response = Response(pages.ERROR.render(code=exc.code, message=exc.description), mimetype="text/html")
+        response.status_code = exc.code
+        if isinstance(exc, MethodNotAllowed):
+            response.headers["Allow"] = ", ".join(sorted(set(exc.valid_methods or ()) - set(AUTOMATIC_METHODS)))
+        return response
 
     @app.get("/health")
     def health() -> Any:
@@ -157,7 +172,10 @@ def create_app(catalogue: Catalogue, nouns: NounExtractor, source: str = "genera
 
     @app.post("/api/visit")
     def new_visit() -> Any:
-        data = request.get_json(silent=True)
+        try:
+            data = request.get_json(silent=True)
+        except RecursionError:  # a deeply nested body (silent=True covers only ValueError)
+            data = None
         gi = data.get("goal_index") if isinstance(data, dict) else None
         if type(gi) is not int or not 0 <= gi < len(goals):
             abort(400, description=f"expected a JSON object {{\"goal_index\": 0..{len(goals) - 1}}}")

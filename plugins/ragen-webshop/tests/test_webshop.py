@@ -395,6 +395,34 @@ def test_oversized_and_wrong_method_requests(small):
     assert client.post(f"/{vid}", data={"search_query": "!!! ..."}).status_code == 400
 
 
+@pytest.mark.parametrize("method", ["OPTIONS", "HEAD", "TRACE", "PUT", "PATCH", "CONNECT", "BREW"])
+def test_unsupported_methods_are_405_with_allow(small, method):
+    """Issue 16: Flask answered OPTIONS and HEAD on every route by itself; the shop serves only its routes' methods."""
+    _, client = small
+    vid = _visit(client)["visit"]
+    for path, allow in (("/api/visit", "POST"), (f"/api/visit/{vid}", "DELETE, GET"), ("/health", "GET, POST"),
+                        (f"/search_results/{vid}/shampoo/1", "GET, POST")):
+        r = client.open(path, method=method)
+        assert r.status_code == 405 and r.headers["Allow"] == allow, (method, path, r.status_code)
+    assert client.open("/no/such/route", method=method).status_code == 404
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("body", [
+    _nested(100_000), b'{"goal_index": ' + _nested(100_000) + b"}", b'{"goal_index": ' + b"9" * 5000 + b"}",
+    b"{" * 50_000, b"\x00" * 1000, b'{"goal_index": 1e999}',
+])
+def test_no_5xx_on_malformed_bodies(small, body):
+    """Issue 16: a 100k-deep JSON array was answered 500."""
+    _, client = small
+    r = client.post("/api/visit", data=body, content_type="application/json")
+    assert r.status_code == 400 and "goal_index" in r.get_json()["error"]
+    assert client.get("/health").status_code == 200
+
+
 # ---- the text browser -------------------------------------------------------------------------------------------------
 def test_simple_text_and_clickables_by_hand():
     html = """<html><head><title>Hidden</title><style>p {color: red}</style></head><body>
