@@ -24,7 +24,8 @@ def evaluate(model, tmp_path, name):
 @pytest.mark.slow
 def test_sft_then_eval_beats_the_untrained_model(tmp_path):
     out = tmp_path / "sft"
-    stdout = ragen("sft", "--env", "frozenlake", "--out", str(out), "warmstart.episodes=192", "warmstart.epochs=8", cwd=tmp_path)
+    stdout = ragen("sft", "--env", "frozenlake", "--model", "tiny", "--out", str(out), "warmstart.episodes=192",
+                   "warmstart.epochs=4", cwd=tmp_path)
     assert f"model: {out / 'final'}" in stdout
     sft_metrics = json.loads(stdout[stdout.index("{\n") : stdout.rindex("}") + 1])  # after the log lines
     assert sft_metrics["sft/demos"] == 192 and sft_metrics["sft/demo_success"] == 1.0
