@@ -196,6 +196,7 @@ class HFEngine:
         ``[pad | cached | pad | new]``. Cached parts come from the previous call (KV reuse) or, for prompts that
         several rows share (a group's first turn), from one prefill of the shared prompt (``_shared_prefill``)."""
         hits = [self._cached_prefix(p) if self.kv_reuse else (0, None) for p in prompts]
+        self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)  # across turns; shared prefills are counted apart
         if self.share_prefill:
             hits = self._shared_prefill(prompts, hits)
         C = max(n for n, _ in hits)
@@ -209,7 +210,6 @@ class HFEngine:
             input_ids[row, width - (len(p) - n) :] = torch.tensor(p[n:], dtype=torch.long)
             attention_mask[row, width - (len(p) - n) :] = 1
         self.kv_stats["prompt_tokens"] += sum(map(len, prompts))
-        self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)
         if C == 0:
             return input_ids, attention_mask, None
         first = next(kv for _, kv in hits if kv is not None)  # per layer (k, v): [kv_heads, n, head_dim]
