@@ -316,37 +316,85 @@ class _Worker:
 
 
 class SymbolicPool:
-    """Up to ``size`` workers, started lazily; ``equal(gold, pred, timeout)`` is thread-safe."""
+    """Up to ``size`` checks at a time; ``equal(gold, pred, timeout)`` is thread-safe.
+
+    Workers start lazily; the first start is not part of a check's time (importing sympy takes seconds). Once warm,
+    the pool keeps ``size + 1`` workers (one standby): a worker killed for a timeout is replaced at once by an idle
+    one while its successor starts in the background, so no answer ever waits for a start-up, and one answer never
+    costs more than its timeout (waiting for a worker included)."""
 
     def __init__(self, backend: str = "auto", size: int = 2):
         self.backend = resolve_backend(backend)
         self.size = max(1, int(size))
         self._idle: list[_Worker] = []
-        self._started = 0
+        self._started = 0  #: workers alive or starting
+        self._warm = False  #: a worker has started once: from now on nothing waits for a start-up
         self._cond = threading.Condition()
         self._cache: OrderedDict[tuple[str, str], bool] = OrderedDict()
         self._closed = False
         self.timeouts = 0  #: checks that missed their deadline (their worker was killed and replaced)
         self.restarts = 0
 
-    def _take(self) -> _Worker:
+    def _take(self, deadline: float, timeout: float) -> tuple[_Worker | None, bool]:
+        """(an idle worker, whether the check's clock restarts); (None, False) when none is free by ``deadline``.
+
+        While the pool is cold (no worker ever started) a check waits for the start-up, and its ``timeout`` counts
+        from when the pool is warm; once warm, it waits at most until ``deadline``."""
+        cold = False
         with self._cond:
             while True:
                 if self._closed:
                     raise RuntimeError("the symbolic checker pool is closed")
                 if self._idle:
-                    return self._idle.pop()
-                if self._started < self.size:
+                    return self._idle.pop(), cold
+                if not self._warm and self._started < self.size:
                     self._started += 1
                     break
-                self._cond.wait()
+                if not self._warm:
+                    cold = True
+                    self._cond.wait()
+                    continue
+                if cold:  # the pool warmed up while we waited: this check's time starts now
+                    deadline = time.monotonic() + timeout
+                self._top_up()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None, False
+                self._cond.wait(left)
         try:
-            return _Worker(self.backend)  # started outside the lock: other threads keep using idle workers
+            worker = _Worker(self.backend)  # the cold start, outside the lock: other threads keep using idle workers
         except BaseException:
             with self._cond:
                 self._started -= 1
                 self._cond.notify()
             raise
+        with self._cond:
+            self._warm = True
+            self._top_up()
+            self._cond.notify_all()  # checks waiting for the first start-up
+        return worker, True
+
+    def _top_up(self) -> None:
+        """Start (in the background) the workers a warm pool is missing: ``size`` plus one standby. Holds the lock."""
+        while self._warm and not self._closed and self._started < self.size + 1:
+            self._started += 1
+            threading.Thread(target=self._start_in_background, name="symbolic-worker-start", daemon=True).start()
+
+    def _start_in_background(self) -> None:
+        try:
+            worker = _Worker(self.backend)
+        except BaseException:  # the backend stopped importing (or the machine is out of memory): a later top-up retries
+            with self._cond:
+                self._started -= 1
+                self._cond.notify_all()
+            return
+        with self._cond:
+            if not self._closed:
+                self._idle.append(worker)
+                self._cond.notify_all()
+                return
+            self._started -= 1
+        worker.kill()
 
     def _give_back(self, worker: _Worker, healthy: bool) -> None:
         with self._cond:
@@ -354,6 +402,7 @@ class SymbolicPool:
                 self._idle.append(worker)
             else:
                 self._started -= 1
+                self._top_up()  # its successor starts now, not when the next check needs it
             self._cond.notify()
         if not healthy or self._closed:
             worker.kill()
@@ -365,11 +414,17 @@ class SymbolicPool:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
-        for _ in range(2):  # a worker that died (rather than ran late) gets one retry on a fresh one
-            worker = self._take()
-            result = worker.ask(gold, pred, timeout)
+        deadline = time.monotonic() + timeout
+        result = None
+        for _ in range(2):  # a worker that died (rather than ran late) gets one retry on another, in the same time
+            worker, restart_clock = self._take(deadline, timeout)
+            if worker is None:
+                break
+            if restart_clock:  # the first start-up is not part of the check's time
+                deadline = time.monotonic() + timeout
+            result = worker.ask(gold, pred, max(0.0, deadline - time.monotonic()))
             self._give_back(worker, healthy=result is not None)
-            if result is not None or not worker.died:
+            if result is not None or not worker.died or time.monotonic() >= deadline:
                 break
         if result is None:
             with self._cond:
