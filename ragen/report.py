@@ -265,7 +265,7 @@ def render(runs: list[dict]) -> str:
         "GENERATED": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "RUNS": "".join(f"<li><code>{html.escape(r['dir'])}</code> ({len(r['metrics'])} metric rows, "
                         f"{len(r['trajectories'])} trajectories)</li>" for r in runs),
-        "CURVES": _panels(curves, metrics) if metrics else "<p>No metrics.jsonl curves (an eval folder).</p>",
+        "CURVES": _panels(curves, metrics) if metrics else "<p>No training curves (an eval folder, or no step trained yet).</p>",
         "COLLAPSE": _collapse_html(runs, curves) if curves else "<p>No training metrics.</p>",
         "SUMMARY": "".join(_summary_html(r) for r in runs),
         "CONFIG": "".join(f"<details><summary>{html.escape(r['name'])}/config.yaml</summary><pre>"

@@ -278,8 +278,9 @@ def test_eval_writes_the_trajectory_viewer(real_run, tmp_path):
 
 
 def js_number(x: float) -> str:
-    """How JavaScript's String() writes a number: integers without '.0'."""
-    return str(int(x)) if float(x).is_integer() else repr(x)
+    """How the viewer writes a number: six significant digits, integers without '.0' (JavaScript's String())."""
+    v = float(f"{x:.6g}")
+    return str(int(v)) if v.is_integer() else repr(v)
 
 
 def chromium_paths() -> tuple[str, str] | None:

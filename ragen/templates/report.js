@@ -29,6 +29,9 @@
     if (values.map(String).includes(keep)) select.value = keep;
   }
 
+  // Numbers as people read them: six significant digits (0.9000000000000001 -> 0.9).
+  const num = (x) => String(Number(Number(x).toPrecision(6)));
+
   const uniq = (xs) => [...new Set(xs)].sort((a, b) => (typeof a === "number" ? a - b : String(a).localeCompare(b)));
 
   function candidates() {
@@ -74,7 +77,7 @@
     facts.appendChild(el("div", {}, `parsed action: ${action}; executed: [${u.executed.join(", ")}]` +
       (u.invalid.length ? `; invalid: [${u.invalid.join(", ")}]` : "")));
     facts.appendChild(el("span", { class: u.valid ? "good" : "bad" }, u.valid ? "valid format" : "invalid format"));
-    facts.appendChild(el("span", { class: "reward" }, ` · reward ${u.reward} · penalty ${u.penalty} · generation ${u.finish}`));
+    facts.appendChild(el("span", { class: "reward" }, ` · reward ${num(u.reward)} · penalty ${num(u.penalty)} · generation ${u.finish}`));
     div.appendChild(facts);
     const raw = el("details", {});
     raw.appendChild(el("summary", {}, "raw response"));
@@ -88,7 +91,7 @@
                             "data-episode": `${t.split}/${t.env}/s${t.seed}/g${t.group}/r${t.member}` });
     div.appendChild(el("h3", {}, `member ${t.member} · seed ${t.seed} · ${t.success ? "success" : "failure"}`));
     div.appendChild(el("div", { class: "summary" },
-      `score ${t.score} (reward ${t.reward}, penalty ${t.penalty}) · ${t.turns.length} turns · end: ${t.end}`));
+      `score ${num(t.score)} (reward ${num(t.reward)}, penalty ${num(t.penalty)}) · ${t.turns.length} turns · end: ${t.end}`));
     if (t.prompt !== null) {
       const prompt = el("details", { class: "prompt" });
       prompt.appendChild(el("summary", {}, "first prompt as the model read it (system message, chat tokens)"));
