@@ -59,6 +59,12 @@ class DeepCoderConfig(EnvConfig):
     test_timeout_s: float = option(4.0, "Wall-clock limit of one test, seconds (a problem's time_limit_s wins).")
     run_timeout_s: float = option(60.0, "Cap on one submission's whole run: min(this, n_tests * timeout + 5) seconds.")
     memory_mb: int = option(512, "Address-space limit (RLIMIT_AS) of every sandboxed process, MiB.")
+    total_memory_mb: int = option(
+        768,
+        "Memory of one submission's whole sandbox, MiB: a per-run memory cgroup (all processes, tmpfs and memfd pages, "
+        "the checker) where this process may create one (cgroup v2 delegated, or v1); elsewhere only the per-process "
+        "memory_mb applies (docs/security.md).",
+    )
     file_size_mb: int = option(16, "Largest file a program may write (RLIMIT_FSIZE), MiB.")
     max_processes: int = option(512, "Processes and threads per sandbox (RLIMIT_NPROC, set inside the sandbox).")
     output_limit_bytes: int = option(1 << 20, "Stdout (or return value) kept per test; more fails the test.")
@@ -83,10 +89,11 @@ class DeepCoderConfig(EnvConfig):
         if self.val_size is not None and self.val_size < 0:
             raise ConfigError(f"val_size: must be >= 0 or None, got {self.val_size}")
         for key in ("test_timeout_s", "run_timeout_s", "memory_mb", "file_size_mb", "max_processes",
-                    "output_limit_bytes", "tmp_size_mb"):
+                    "output_limit_bytes", "tmp_size_mb", "total_memory_mb"):
             _positive(key, getattr(self, key))
-        if self.memory_mb < 64:
-            raise ConfigError(f"memory_mb: the Python interpreter needs at least 64 MiB, got {self.memory_mb}")
+        for key in ("memory_mb", "total_memory_mb"):
+            if getattr(self, key) < 64:
+                raise ConfigError(f"{key}: the Python interpreter needs at least 64 MiB, got {getattr(self, key)}")
         super().__attrs_post_init__()
 
     def limits(self) -> Limits:
@@ -98,6 +105,7 @@ class DeepCoderConfig(EnvConfig):
             processes=self.max_processes,
             output_bytes=self.output_limit_bytes,
             tmp_mb=self.tmp_size_mb,
+            total_memory_mb=self.total_memory_mb,
         )
 
 

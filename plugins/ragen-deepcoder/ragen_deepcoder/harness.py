@@ -104,56 +104,55 @@ def _json_normal(value, depth=0):
 
 # ---- line channel ---------------------------------------------------------------------------------------------------
 class _Lines:
-    """JSON lines from a file descriptor, with a size cap per line and a deadline per read."""
+    """JSON-object lines from a file descriptor, each line capped in size (longer ones are dropped whole)."""
 
     def __init__(self, fd, limit):
-        self.fd, self.limit, self.buf, self.eof = fd, limit, b"", False
+        self.fd, self.limit, self.buf, self.eof, self.skipping = fd, limit, b"", False, False
 
-    def read(self, deadline=None):
-        """The next line as bytes; None at end of file or past ``deadline`` (a monotonic time)."""
-        while b"\n" not in self.buf:
-            if self.eof:
-                return None
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                    return None
-            data = os.read(self.fd, 1 << 16)
-            if not data:
-                self.eof = True
-                continue
-            self.buf += data
-            if len(self.buf) > self.limit and b"\n" not in self.buf:
-                self.buf = b""  # an over-long line: dropped (whatever follows its end is still read)
-                self._skip_to_newline(deadline)
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
-    def _skip_to_newline(self, deadline):
-        while not self.eof:
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
-                    return
-            data = os.read(self.fd, 1 << 16)
-            if not data:
-                self.eof = True
-            elif b"\n" in data:
-                self.buf = data.split(b"\n", 1)[1]
+    def fill(self):
+        """One read (call when the fd is readable)."""
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            self.eof = True
+            return
+        if self.skipping:  # inside an over-long line: drop up to its end
+            if b"\n" not in data:
                 return
+            data, self.skipping = data.split(b"\n", 1)[1], False
+        self.buf += data
+        if len(self.buf) > self.limit and b"\n" not in self.buf:
+            self.buf, self.skipping = b"", True
 
-    def message(self, deadline=None):
-        """The next line that is a JSON object (other lines are skipped); None at end of file or deadline."""
-        while True:
-            line = self.read(deadline)
-            if line is None:
-                return None
+    def pop(self):
+        """The next buffered JSON object (other lines are skipped); None when no whole line is buffered."""
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
             try:
                 msg = json.loads(line.decode("utf-8", "replace"))
             except (ValueError, RecursionError):
                 continue
             if isinstance(msg, dict):
                 return msg
+        return None
+
+    def message(self, deadline=None):
+        return _next_message([self], deadline)[1]
+
+
+def _next_message(readers, deadline=None):
+    """(reader, message) of the first JSON object from any of ``readers``; (None, None) once ``deadline`` (a
+    monotonic time) has passed or every reader is at end of file."""
+    while True:
+        for reader in readers:
+            msg = reader.pop()
+            if msg is not None:
+                return reader, msg
+        live = [r for r in readers if not r.eof]
+        wait = None if deadline is None else deadline - time.monotonic()
+        if not live or (wait is not None and wait <= 0):
+            return None, None
+        for fd in select.select([r.fd for r in live], [], [], wait)[0]:
+            next(r for r in live if r.fd == fd).fill()
 
 
 def _send(fd, obj):
@@ -489,6 +488,8 @@ def stub_main(root):
     _prctl_not_dumpable()
     lines = _Lines(cmd_in, 64 << 20)
     config = lines.message() or {}
+    # the control channel: ready/done messages go only there, and no child keeps it (so none can fake a "done")
+    ctl = int(config.get("control_fd", msg_out))
     limits = config.get("limits", {})
     for name, key in (("RLIMIT_AS", "as"), ("RLIMIT_FSIZE", "fsize"), ("RLIMIT_NPROC", "nproc")):
         _set_limit(name, limits.get(key))
@@ -499,9 +500,9 @@ def stub_main(root):
     try:
         code = compile(source, "solution.py", "exec")
     except BaseException as e:  # SyntaxError, ValueError (null bytes), MemoryError, RecursionError
-        _send(msg_out, {"syntax_error": _short(f"{type(e).__name__}: {e}")})
+        _send(ctl, {"syntax_error": _short(f"{type(e).__name__}: {e}")})
         return
-    _send(msg_out, {"ready": True})
+    _send(ctl, {"ready": True})
     while True:
         test = lines.message()
         if test is None:
@@ -509,8 +510,8 @@ def stub_main(root):
         if test.get("op") != "test":  # a call the child did not live to read
             continue
         result = _stub_run_one(code, test, config, lines, msg_out)
-        os.write(msg_out, b"\n")  # ends any line a killed child left unfinished
-        _send(msg_out, dict(result, i=test["i"], done=True))
+        os.write(msg_out, b"\n")  # ends any line a killed child left unfinished on the data channel
+        _send(ctl, dict(result, i=test["i"], done=True))
 
 
 # =====================================================================================================================
@@ -559,11 +560,13 @@ def _free_names(code, defined):
 
 
 class _Session:
-    """One sandbox driven by the checker: a test at a time, every read under a deadline."""
+    """One sandbox driven by the checker, a test at a time, every read under a deadline. Two channels come out:
+    control (the stub's ready/done messages; no child holds it) and data (the children's call replies)."""
 
-    def __init__(self, proc, line_limit):
+    def __init__(self, proc, control_fd, line_limit):
         self.proc = proc
-        self.lines = _Lines(proc.stdout.fileno(), line_limit)
+        self.ctl = _Lines(control_fd, line_limit)
+        self.data = _Lines(proc.stdout.fileno(), line_limit)
         self.test_i, self.deadline, self.calls = None, None, 0
         self.startup_error = None  #: the program raised before serving calls (this test)
 
@@ -573,28 +576,38 @@ class _Session:
         except OSError as e:
             raise SandboxGone(f"the sandbox closed its input ({e.strerror})") from None
 
-    def receive(self, deadline):
-        msg = self.lines.message(deadline)
-        if msg is None:
-            if self.lines.eof:
-                raise SandboxGone("the sandbox ended early")
-            raise SandboxGone("wall-clock timeout (the sandbox stopped answering)", status="timeout")
-        return msg
+    def _next(self, deadline):
+        """(is_control, message) of this test; SandboxGone when the control channel ends or the deadline passes."""
+        while True:
+            reader, msg = _next_message([self.ctl, self.data], deadline)
+            if msg is None:
+                if self.ctl.eof:
+                    raise SandboxGone("the sandbox ended early")
+                raise SandboxGone("wall-clock timeout (the sandbox stopped answering)", status="timeout")
+            if reader is self.ctl and ("ready" in msg or "syntax_error" in msg):
+                return True, msg
+            if msg.get("i") != self.test_i:
+                continue  # a late or invented message of another test
+            if reader is self.data and msg.get("call") is None and msg.get("status") == "error":
+                self.startup_error = _short(msg.get("error") or "the program failed")
+            return reader is self.ctl, msg
+
+    def start(self, deadline):
+        while True:
+            control, msg = self._next(deadline)
+            if control:
+                return msg
 
     def call(self, name, args):
         self.calls += 1
         call = self.calls
         self.send({"op": "call", "call": call, "name": name, "args": _encode(list(args))})
         while True:
-            msg = self.receive(self.deadline)
-            if msg.get("i") != self.test_i:
-                continue
-            if msg.get("done"):  # the child ended (or something claims it did): no answer is coming
+            control, msg = self._next(self.deadline)
+            if control:  # the stub says the child ended: no answer is coming
                 raise _TestOver(msg)
             if msg.get("call") not in (call, None):
                 continue
-            if msg.get("call") is None and msg.get("status") == "error":
-                self.startup_error = _short(msg.get("error") or "the program failed")
             if msg.get("status") == "error":
                 raise _remote_exception(msg)
             try:
@@ -604,13 +617,9 @@ class _Session:
 
     def wait_done(self, deadline):
         while True:
-            msg = self.receive(deadline)
-            if msg.get("i") != self.test_i:
-                continue
-            if msg.get("done"):
+            control, msg = self._next(deadline)
+            if control:
                 return msg
-            if msg.get("call", 0) is None and msg.get("status") == "error":
-                self.startup_error = _short(msg.get("error") or "the program failed")
 
 
 class _TestOver(Exception):
@@ -692,29 +701,31 @@ def _prelude_namespace(prelude):
     return ns
 
 
-def _start(spec):
-    err = open(os.devnull, "wb") if not spec.get("stderr_path") else open(spec["stderr_path"], "wb")
-    proc = subprocess.Popen(
+def _start(spec, control_fd):
+    """The sandbox (bwrap, or the plain stub when unsafe); its stderr (bwrap's own errors) is ours."""
+    return subprocess.Popen(
         spec["sandbox"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=err,
-        pass_fds=tuple(spec.get("pass_fds", ())),
+        pass_fds=(*spec.get("pass_fds", ()), control_fd),
         cwd=spec.get("cwd") or "/",
         env={"PATH": "/usr/bin:/bin"},
     )
-    err.close()
-    return proc
 
 
 def _run_all(spec, report):
     preludes = {}  # prelude source -> its namespace (trusted code: the problem's imports and helpers)
-    proc = _start(spec)
-    session = _Session(proc, spec["line_limit"])
+    ctl_r, ctl_w = os.pipe()
+    try:
+        proc = _start(spec, ctl_w)
+    finally:
+        os.close(ctl_w)
+    session = _Session(proc, ctl_r, spec["line_limit"])
     deadline = time.monotonic() + float(spec["run_s"])
     try:
-        session.send({"limits": spec["limits"], "output_limit": spec["output_limit"], "own_pidns": spec["own_pidns"]})
-        first = session.receive(time.monotonic() + float(spec.get("start_s", 30)))
+        session.send({"limits": spec["limits"], "output_limit": spec["output_limit"], "own_pidns": spec["own_pidns"],
+                      "control_fd": ctl_w})
+        first = session.start(time.monotonic() + float(spec.get("start_s", 30)))
         if "syntax_error" in first:
             report["syntax_error"], report["error"] = True, _short(first["syntax_error"])
             report["results"] = [{"status": "error", "error": report["error"], "time_s": 0.0}] * len(spec["tests"])
@@ -735,6 +746,7 @@ def _run_all(spec, report):
         report["results"] += [{"status": "crashed", "error": "the sandbox was stopped", "time_s": 0.0}] * (n - 1)
     finally:
         _stop(proc)
+        os.close(ctl_r)
 
 
 def _stop(proc):

@@ -1,19 +1,24 @@
 """Running untrusted programs: one bubblewrap sandbox per submission (spec §8), never in the trainer process.
 
-Per submission the trainer starts ``prlimit … -- bwrap … python -I -B /sandbox/harness.py /sandbox``:
+Per submission the trainer starts the CHECKER, ``python -I -B harness.py check`` (trusted, outside the sandbox; its
+spec on stdin), which starts ``prlimit … -- bwrap … python -I -B /sandbox/harness.py stub /sandbox`` and drives it
+test by test (see ``harness.py``: the verdicts never come from anything the sandbox can write):
 
-* the process drops to an unprivileged user first (uid/gid 65534, no supplementary groups) when the trainer is root,
-  and starts a new session (its process group is what a run timeout kills);
+* the checker drops to an unprivileged user first (uid/gid 65534, no supplementary groups) when the trainer is root,
+  and starts a new session (its process group, with bwrap, is what a run timeout kills);
 * ``bwrap --unshare-all --unshare-user --disable-userns``: own user, PID, network (empty: no interfaces but its own
   loopback), IPC, UTS and cgroup namespaces; no nested user namespaces; ``--die-with-parent --new-session``;
+  ``--seccomp``: a filter refusing ptrace and the other cross-process syscalls, memfd/SysV shm and kernel attack
+  surface (``confine.py``);
 * the file system is read-only ``/usr`` (plus ``/bin``, ``/lib``… as the host has them), fresh ``/proc`` and
-  ``/dev`` (read-only), ``/sandbox`` holding ``harness.py``, ``solution.py`` and ``tests.json`` read-only (copied
-  in from memory files, nothing is written on the host), a size-capped private ``/tmp`` (the only writable place) and a
-  read-only root; no ``/etc``, no home, no project directory; a cleared environment with ``PATH=/usr/bin:/bin``;
-* rlimits before exec (``prlimit``): CPU, address space, file size, core 0; inside, the harness sets the same
-  limits plus the process count (counted per sandbox there, see ``Limits``) and a per-test CPU limit.
+  ``/dev`` (read-only), ``/sandbox`` holding ``harness.py`` and ``solution.py`` read-only (copied in from memory
+  files, nothing is written on the host), a size-capped private ``/tmp`` (the only writable place) and a read-only
+  root; no ``/etc``, no home, no project directory; a cleared environment with ``PATH=/usr/bin:/bin``;
+* rlimits before exec (``prlimit``): CPU, address space, file size, core 0; inside, the stub sets the same limits
+  plus the process count (counted per sandbox there, see ``Limits``) and a per-test CPU limit;
+* a memory cgroup per run (``total_memory_mb`` for everything the run holds) where this process may create one.
 
-The harness reports one JSON line carrying the run nonce the trainer passed on stdin; anything else is "no result".
+The checker's report (one JSON line on its stdout, which the sandbox cannot reach) is the result.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from typing import Any
 
 import attrs
 from ragen import EnvError
+
+from ragen_deepcoder.confine import MemoryCgroup, seccomp_program
 
 log = logging.getLogger("ragen_deepcoder")
 
@@ -63,6 +70,8 @@ class Limits:
     processes: int = 512  #: RLIMIT_NPROC inside the sandbox
     output_bytes: int = 1 << 20  #: stdout (or return value) kept per test; more is a failure
     tmp_mb: int = 64  #: size of the private /tmp
+    #: memory cgroup limit of the whole run (all processes, tmpfs and memfd pages, the checker), where available
+    total_memory_mb: int = 768
 
 
 @attrs.frozen
@@ -191,6 +200,16 @@ class Runner:
         if os.geteuid() == 0:  # never run model code as root: drop before exec (bwrap then maps 65534 -> 65534)
             kwargs.update(user=NOBODY, group=NOBODY, extra_groups=[])
         t0 = time.monotonic()
+        cgroup = MemoryCgroup.create(self.limits.total_memory_mb << 20) if self.isolated else None
+        try:
+            result = self._check_in(cgroup, checker, spec, kill_after_s, pass_fds, kwargs)
+        finally:
+            if cgroup is not None:
+                cgroup.close()
+        return attrs.evolve(result, wall_s=time.monotonic() - t0)
+
+    def _check_in(self, cgroup, checker, spec, kill_after_s, pass_fds, kwargs) -> RunResult:
+        t0 = time.monotonic()
         proc = subprocess.Popen(
             [self.python, "-I", "-B", *checker, "check"],
             stdin=subprocess.PIPE,
@@ -204,6 +223,8 @@ class Runner:
             **kwargs,
         )
         try:
+            if cgroup is not None:  # before the checker reads its spec, so the sandbox starts inside the cgroup
+                cgroup.add(proc.pid)
             out, err = proc.communicate(input=json.dumps(spec).encode(), timeout=kill_after_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
@@ -212,7 +233,11 @@ class Runner:
             return RunResult([], error=why, wall_s=time.monotonic() - t0)
         finally:
             _kill_group(proc)  # nothing of this run may outlive it
-        return _parse_report(out, err, proc.returncode, time.monotonic() - t0)
+            proc.wait()
+        result = _parse_report(out, err, proc.returncode, time.monotonic() - t0)
+        if cgroup is not None and cgroup.oom_kills():
+            result = _memory_killed(result, self.limits.total_memory_mb)
+        return result
 
 
 @functools.cache
@@ -243,6 +268,13 @@ def _parse_report(out: bytes, err: bytes, rc: int | None, wall_s: float) -> RunR
     return RunResult([], error=f"the sandbox produced no result ({why})", wall_s=wall_s)
 
 
+def _memory_killed(result: RunResult, limit_mb: int) -> RunResult:
+    """Name the cgroup's OOM kills in the failed tests' errors (the status stays what the checker saw)."""
+    why = f"killed: the sandbox's memory limit ({limit_mb} MiB in all)"
+    results = [dict(r, error=why) if r.get("status") != "ok" else r for r in result.results]
+    return attrs.evolve(result, results=results, error=result.error and why)
+
+
 def _last_line(err: bytes) -> str:
     lines = err.decode("utf-8", "replace").strip().splitlines()
     return lines[-1][:300] if lines else ""
@@ -254,7 +286,7 @@ class BwrapRunner(Runner):
 
     isolated = True
 
-    def command(self, fds: dict[str, int], info_fd: int | None = None) -> list[str]:
+    def command(self, fds: dict[str, int], info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
         bwrap = find_bwrap()
         if bwrap is None:
             raise SandboxUnavailable("bubblewrap not available: no `bwrap` executable on PATH")
@@ -279,6 +311,8 @@ class BwrapRunner(Runner):
         cmd += ["--remount-ro", "/sandbox", "--remount-ro", "/dev", "--remount-ro", "/"]
         if info_fd is not None:
             cmd += ["--info-fd", str(info_fd)]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]  # applied to the sandbox's first process, inherited by all
         cmd += ["--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
         cmd += ["--", self.python, "-I", "-B", "/sandbox/harness.py", "stub", "/sandbox"]
         return cmd
@@ -292,14 +326,17 @@ class BwrapRunner(Runner):
 
     def _launch(self, files: dict[str, bytes], spec: dict[str, Any], kill_after_s: float) -> RunResult:
         fds = {name: _memfd(name, data) for name, data in files.items()}
+        program = seccomp_program()
+        seccomp_fd = _memfd("seccomp", program) if program else None
         info_r, info_w = os.pipe()
         try:
-            spec = dict(spec, sandbox=self._prlimit() + self.command(fds, info_fd=info_w))
-            spec["pass_fds"] = [*fds.values(), info_w]
+            cmd = self.command(fds, info_fd=info_w, seccomp_fd=seccomp_fd)
+            spec = dict(spec, sandbox=self._prlimit() + cmd)
+            spec["pass_fds"] = [*fds.values(), info_w, *([seccomp_fd] if seccomp_fd is not None else [])]
             checker = [f"/proc/self/fd/{fds['harness.py']}"]
             result = self._check(checker, spec, kill_after_s, pass_fds=spec["pass_fds"])
         finally:
-            for fd in fds.values():
+            for fd in [*fds.values(), *([seccomp_fd] if seccomp_fd is not None else [])]:
                 os.close(fd)
             os.close(info_w)
         _reap_namespace_init(info_r)

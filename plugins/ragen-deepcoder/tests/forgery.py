@@ -63,9 +63,10 @@ os._exit(0)
 #: guess fd numbers (nothing listed): write forged records to fds 0-1023 and exit 0
 GUESSED_FDS = _RECORDS + """
 for i in range(8):
+    forged = records("", i, 1)
     for fd in range(1024):
         try:
-            os.write(fd, records("", i, 1))
+            os.write(fd, forged)
         except OSError:
             pass
 os._exit(0)
@@ -121,9 +122,19 @@ if main is not None:
     if hasattr(main, "_send"):
         real = main._send
         main._send = lambda fd, obj: os.write(fd, records("", getattr(obj, "get", dict().get)("i", 0) or 0))
+def forge_everywhere():
+    for fd in range(64):
+        try:
+            os.write(fd, records())
+        except OSError:
+            pass
+real_exit = os._exit
+def fake_exit(*a):  # whoever ends the process forges a report first
+    forge_everywhere()
+    real_exit(0)
 sys.exit = lambda *a: None
-os._exit = lambda *a: None
-atexit.register(lambda: [os.write(fd, records()) for fd in range(3, 64) if not os.set_blocking(fd, True)])
+os._exit = fake_exit
+atexit.register(forge_everywhere)
 def __getattr__(name):
     return lambda *a, **k: Always()
 """

@@ -21,6 +21,7 @@ import pytest
 from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 from ragen_deepcoder import sandbox as sb
+from ragen_deepcoder.confine import cgroup_parent
 from ragen_deepcoder.code import assemble, extract_code, grade, sandbox_tests, stdout_matches, value_matches
 from ragen_deepcoder.env import DeepCoderConfig, DeepCoderEnv
 from ragen_deepcoder.problems import (
@@ -108,6 +109,7 @@ def test_variants_registered_with_budget():
         ({"val_size": -1}, "val_size"),
         ({"test_timeout_s": 0}, "test_timeout_s"),
         ({"memory_mb": 16}, "memory_mb"),
+        ({"total_memory_mb": 0}, "total_memory_mb"),
         ({"max_processes": 0}, "max_processes"),
         ({"max_actions_per_episode": 0}, "max_actions_per_episode"),
     ],
@@ -459,9 +461,9 @@ def test_all_164_canonical_humaneval_solutions_pass_in_the_sandbox():
     assert elapsed < 300, f"164 problems took {elapsed:.1f} s"
 
 
-def forgery_scores(problems, workers=4):
+def forgery_scores(problems, workers=4, timeout_s=4.0):
     """(attack, task_id, passed, total) for every attack of the forging family on every problem."""
-    run = runner(timeout_s=4.0)
+    run = runner(timeout_s=timeout_s)
 
     def score(job):
         name, p = job
@@ -473,13 +475,15 @@ def forgery_scores(problems, workers=4):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 @pytest.mark.bwrap
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"needs a working bubblewrap: {BWRAP_PROBLEM}")
 def test_forging_family_scores_zero_on_all_164_humaneval_problems():
     """Issue 16: a generic forger scored 1.0 on 20/20 problems (token read from an inherited pipe, a success record
-    written to the result pipe, exit 0). Every attack of the family must pass no test of any problem."""
+    written to the result pipe, exit 0). Every attack of the family must pass no test of any problem. (1 s tests:
+    the monkeypatching attack breaks its own interpreter and times out on every test.)"""
     t0 = time.monotonic()
-    scores = forgery_scores(humaneval_problems())
+    scores = forgery_scores(humaneval_problems(), timeout_s=1.0)
     passing = [s for s in scores if s[2]]
     print(f"forging family: {len(FAMILY)} attacks x 164 problems = {len(scores)} runs, "
           f"{sum(s[3] for s in scores)} tests, {sum(s[2] for s in scores)} passed, {time.monotonic() - t0:.0f} s")
@@ -511,6 +515,16 @@ def test_wire_values_decode_to_plain_builtins_only():
         harness._encode(Liar(3))
     with pytest.raises(TypeError):
         harness._encode(object())
+
+
+def test_seccomp_program_denies_the_listed_syscalls():
+    from ragen_deepcoder.confine import DENIED, seccomp_program
+
+    for machine in ("x86_64", "aarch64"):
+        prog = seccomp_program(machine)
+        insns = [prog[i : i + 8] for i in range(0, len(prog), 8)]
+        assert len(prog) % 8 == 0 and len(insns) == 4 + (2 if machine == "x86_64" else 0) + len(DENIED) + 2
+    assert seccomp_program("sparc") is None
 
 
 def test_free_names_are_the_candidates_functions():
@@ -788,7 +802,8 @@ class TestSandboxed:
     def test_probe_memory_hog_is_contained(self):
         result, _ = stdio_run("x = bytearray(2 * 1024 ** 3)\nprint('allocated')")
         assert result["status"] == "error" and result["error"].startswith("MemoryError") and result["stdout"] == ""
-        result, _ = stdio_run("chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024 ** 2))")
+        # 30 s: zero-filling 512 MiB takes seconds on a loaded 2-core machine
+        result, _ = stdio_run("chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 1024 ** 2))", 30.0)
         assert result["status"] in ("error", "crashed") and "allocated" not in result.get("stdout", "")
         assert "Memory" in result["error"] or "killed" in result["error"]
 
@@ -805,6 +820,72 @@ class TestSandboxed:
         assert result["status"] == "timeout" and 1.4 < time.monotonic() - t0 < 15
         time.sleep(0.3)
         assert processes_with(marker) == []  # the setsid escapee was killed with the test
+
+    def test_probe_memfd_and_shm_growth_is_stopped(self):
+        """Issue 16: memfd pages escaped RLIMIT_AS (768 MiB held under a 512 MiB limit). The seccomp filter refuses
+        memfd_create and SysV shmget, so the probe holds nothing outside the rlimits and the memory cgroup."""
+        code = textwrap.dedent("""
+            import ctypes, json, os
+            out = {"memfd_mb": 0}
+            try:
+                fd = os.memfd_create("grow", 0)
+                for _ in range(1024):
+                    os.write(fd, b"x" * (1 << 20))
+                    out["memfd_mb"] += 1
+            except OSError as e:
+                out["memfd"] = e.errno
+            libc = ctypes.CDLL(None, use_errno=True)
+            out["shmget"] = (libc.shmget(0, 256 << 20, 0o1600), ctypes.get_errno())  # IPC_PRIVATE, IPC_CREAT|0600
+            print(json.dumps(out))
+        """)
+        report, _ = probe_report(code, timeout_s=20.0)
+        assert report == {"memfd_mb": 0, "memfd": 1, "shmget": [-1, 1]}  # EPERM, nothing held
+
+    @pytest.mark.skipif(cgroup_parent() is None, reason="no writable memory cgroup (v2 delegated or v1) here")
+    def test_probe_total_memory_is_capped_by_the_cgroup(self):
+        """Four processes of 400 MiB each stay under RLIMIT_AS; the run's cgroup (768 MiB in all) kills some."""
+        code = textwrap.dedent("""
+            import os, time
+            kids = []
+            for i in range(4):
+                pid = os.fork()
+                if pid == 0:
+                    x = bytearray(400 << 20)
+                    for j in range(0, len(x), 4096):
+                        x[j] = 1
+                    time.sleep(1)
+                    os._exit(0)
+                kids.append(pid)
+            print(sorted(os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids))
+        """)
+        result, _ = stdio_run(code, timeout_s=30.0)
+        codes = json.loads(result["stdout"])
+        assert -9 in codes and codes.count(0) <= 1, codes  # killed by the OOM killer inside the cgroup
+        ours = [p for p in cgroup_parent()[1].iterdir() if p.name.startswith(f"ragen-sandbox-{os.getpid()}-")]
+        assert ours == []  # the run's cgroup is removed
+
+    def test_probe_ptrace_attach_fails_and_does_not_freeze(self):
+        """Issue 16: PTRACE_ATTACH on the sandbox's first process froze the episode until the outer kill."""
+        code = textwrap.dedent("""
+            import ctypes, json, os, time
+            libc = ctypes.CDLL(None, use_errno=True)
+            sibling = os.fork()
+            if sibling == 0:
+                time.sleep(30)
+                os._exit(0)
+            out = {}
+            for name, pid in (("init", 1), ("stub", os.getppid()), ("sibling", sibling)):
+                rc = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+                out[name] = (rc, ctypes.get_errno())
+            rc = libc.ptrace(0, 0, 0, 0)  # PTRACE_TRACEME
+            out["traceme"] = (rc, ctypes.get_errno())
+            fd = os.open(f"/proc/{os.getppid()}/mem", os.O_RDONLY) if os.path.exists(f"/proc/{os.getppid()}/mem") else -1
+            print(json.dumps(out))
+        """).replace("fd = os.open", "# fd = os.open")
+        t0 = time.monotonic()
+        report, _ = probe_report(code, timeout_s=10.0)
+        assert all(v == [-1, 1] for v in report.values()), report  # EPERM everywhere
+        assert time.monotonic() - t0 < 8  # the sibling is killed with the test; nothing waits for it
 
     def test_probe_huge_file_is_refused(self):
         code = textwrap.dedent("""
