@@ -89,14 +89,8 @@ def get(url, timeout=10):
 
 def raw_http(port, data: bytes) -> tuple[int, dict]:
     """Send raw bytes, return (status, JSON body) of the reply."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
-    head, _, body = reply.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body)
+    status, _, body = raw_reply(port, data)
+    return status, json.loads(body)
 
 
 def port_refuses(url) -> bool:
