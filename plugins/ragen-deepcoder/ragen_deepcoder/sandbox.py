@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from ragen import EnvError
 
+from ragen import EnvError
 from ragen_deepcoder.confine import MemoryCgroup, seccomp_program
 
 log = logging.getLogger("ragen_deepcoder")

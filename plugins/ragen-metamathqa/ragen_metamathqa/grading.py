@@ -19,7 +19,12 @@ import weakref
 
 import attrs
 
-from ragen_metamathqa.answers import has_digit, normalize_string, numbers_equal, parse_number
+from ragen_metamathqa.answers import (
+    has_digit,
+    normalize_string,
+    numbers_equal,
+    parse_number,
+)
 from ragen_metamathqa.symbolic import SymbolicPool, _braced, acquire_pool, release_pool
 
 #: answers longer than this never go to the symbolic checker (they are compared as strings only)
