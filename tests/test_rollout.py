@@ -110,6 +110,8 @@ def factory(name, options):
 
 
 SMALL = {"response_length": 16, "max_tokens": 16}
+#: room for a whole `</think><answer>a || b</answer>` in the built-in tokenizer (one token per symbol: about 20)
+WIDE = {**SMALL, "response_length": 32}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -400,13 +402,13 @@ def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
         [],  # empty
         enc("no tags at all") + [eos],
         [5, 77, 300, 2, 2, 9, 1, 1],  # garbage incl. special ids
-        enc("x" * 200)[:16],  # huge: fills the cap
+        enc("x" * 200)[:32],  # huge: fills the cap
         enc(" ok</think><answer>Jump</answer>") + [eos],  # invalid action
         [len(tok) + 50, 3],  # ids the tokenizer does not know
         enc("</think><answer></answer>") + [eos],  # matched, zero actions
     ]
     engine = FixedEngine(eos, responses)
-    env = CountEnv(CountConfig(**SMALL, max_turns=len(responses), target=50))
+    env = CountEnv(CountConfig(**WIDE, max_turns=len(responses), target=50))
     res = run_rollout(engine, tok, [EnvSlot(env, "count", 1, 0, 0, "train")], SamplingParams(), chat_format=fmt)
     (tr,) = res.trajectories
     assert res.failed_envs == 0 and tr.num_turns == len(responses)
@@ -417,7 +419,7 @@ def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
     assert res.metrics["valid_format_rate"] == 0.0
     # a well-formed answer earns no penalty and the env's reward
     good = FixedEngine(eos, [enc(" go</think><answer>Inc || Inc</answer>") + [eos]])
-    env = CountEnv(CountConfig(**SMALL, target=4))
+    env = CountEnv(CountConfig(**WIDE, target=4))
     parser = ragen.make_component("parser", "think-answer")
     (tr,) = run_rollout(good, tok, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), parser=parser, chat_format=fmt).trajectories
     assert tr.success and not tr.truncated and tr.truncation_reason is None and tr.num_turns == 2
@@ -432,7 +434,7 @@ def test_truncation_reasons(tiny, fmt):
     nop = tok(" x</think><answer>Nop || Nop</answer>", add_special_tokens=False)["input_ids"] + [eos]
 
     def one(**cfg):
-        env = CountEnv(CountConfig(**SMALL, **cfg))
+        env = CountEnv(CountConfig(**WIDE, **cfg))
         res = run_rollout(FixedEngine(eos, [nop]), tok, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), chat_format=fmt)
         return res.trajectories[0]
 
