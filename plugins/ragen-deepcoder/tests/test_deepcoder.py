@@ -474,6 +474,18 @@ def forgery_scores(problems, workers=4, timeout_s=4.0):
         return list(pool.map(score, [(name, p) for name in FAMILY for p in problems]))
 
 
+def forged_value_baseline(problems, workers=4):
+    """task_id -> tests passed by a program whose function returns the forging family's marker value, "FORGED"."""
+    run = runner(timeout_s=4.0)
+
+    def score(p):
+        code = f"def {p.entry_point}(*args, **kwargs):\n    return 'FORGED'"
+        return p.task_id, sum(grade(p, run.run(assemble(p, code), sandbox_tests(p)).results))
+
+    with ThreadPoolExecutor(workers) as pool:
+        return dict(pool.map(score, problems))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 @pytest.mark.bwrap
@@ -483,11 +495,16 @@ def test_forging_family_scores_zero_on_all_164_humaneval_problems():
     written to the result pipe, exit 0). Every attack of the family must pass no test of any problem. (1 s tests:
     the monkeypatching attack breaks its own interpreter and times out on every test.)"""
     t0 = time.monotonic()
-    scores = forgery_scores(humaneval_problems(), timeout_s=1.0)
+    problems = humaneval_problems()
+    scores = forgery_scores(problems, timeout_s=1.0)
+    baseline = forged_value_baseline(problems)
     passing = [s for s in scores if s[2]]
     print(f"forging family: {len(FAMILY)} attacks x 164 problems = {len(scores)} runs, "
-          f"{sum(s[3] for s in scores)} tests, {sum(s[2] for s in scores)} passed, {time.monotonic() - t0:.0f} s")
-    assert len(scores) == 164 * len(FAMILY) and not passing, passing[:10]
+          f"{sum(s[3] for s in scores)} tests, {sum(s[2] for s in scores)} passed "
+          f"({sorted({s[1] for s in passing})}), {time.monotonic() - t0:.0f} s")
+    # a forged reply is at most a value the program returns: it passes only the truthiness asserts
+    # (`assert candidate(...)`) that an honest program returning that value passes too, never more
+    assert len(scores) == 164 * len(FAMILY) and not [s for s in passing if s[2] > baseline[s[1]]], passing[:10]
 
 
 def test_wire_values_decode_to_plain_builtins_only():
@@ -542,6 +559,15 @@ class TestSandboxed:
         problems = [*humaneval_problems()[:3], humaneval_problems()[32], *load_jsonl(EXAMPLE_JSONL)]
         scores = forgery_scores(problems)
         assert len(scores) == len(problems) * len(FAMILY) and not [s for s in scores if s[2]]
+
+    def test_forged_replies_earn_no_more_than_returning_the_forged_value(self):
+        """below_threshold (52) and correct_bracketing (56) have truthiness asserts: a forged reply ("FORGED") passes
+        those exactly as a program returning "FORGED" does, and nothing more."""
+        problems = [humaneval_problems()[52], humaneval_problems()[56]]
+        baseline = forged_value_baseline(problems)
+        assert baseline["HumanEval/52"] > 0
+        for _, task_id, passed, _ in forgery_scores(problems):
+            assert passed <= baseline[task_id]
 
     def test_assert_verdicts_use_the_checkers_prelude_and_plain_values(self):
         """find_zero's test calls poly(): the checker's own copy (from the prompt), not one the program redefines;
