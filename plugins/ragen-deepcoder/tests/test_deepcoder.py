@@ -490,7 +490,7 @@ def forged_value_baseline(problems, workers=4):
 @pytest.mark.timeout(2400)
 @pytest.mark.bwrap
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"needs a working bubblewrap: {BWRAP_PROBLEM}")
-def test_forging_family_scores_zero_on_all_164_humaneval_problems():
+def test_forging_family_earns_no_more_than_its_forged_value_on_all_164_problems():
     """Issue 16: a generic forger scored 1.0 on 20/20 problems (token read from an inherited pipe, a success record
     written to the result pipe, exit 0). Every attack of the family must pass no test of any problem. (1 s tests:
     the monkeypatching attack breaks its own interpreter and times out on every test.)"""
