@@ -120,7 +120,8 @@ def test_sampled_position_logprobs_give_the_full_paths_loss_and_gradients(traine
     def full(module, batch):  # every position, the whole row: the path before issue 13
         hidden = module.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                       position_ids=batch.position_ids).last_hidden_state
-        return token_logprobs(hidden, module.get_output_embeddings(), batch.input_ids, temperature=1.0, chunk=7,
+        return token_logprobs(hidden, module.get_output_embeddings(), batch.input_ids,
+                              temperature=trainer.cfg.rollout.temperature, chunk=7,
                               with_entropy=True)
 
     def sampled(module, batch):
