@@ -289,10 +289,15 @@ def test_reasoning_ids_strip_whitespace_and_find_merged_markers(tiny, fmt):
     eos = fmt.eos_id
     z = reasoning_ids(tok, enc(tok, "  \n hello world \n</think><answer>Up</answer>") + [eos])
     assert tok.decode(z) == " hello world"  # whitespace-only tokens go; ' hel' keeps its own space (exact ids)
-    # the tiny BPE merges '.</' across the marker: the straddling token is left out, the rest kept
-    ids = enc(tok, "Go up.</think><answer>Up</answer>")
-    assert ".</" in [tok.decode([i]) for i in ids]
-    assert tok.decode(reasoning_ids(tok, ids)) == "Go up"
+    # a plain byte-level BPE (real models' kind; the built-in one isolates symbols) merges '.</' across the marker:
+    # the straddling token is left out, the rest kept
+    from ragen.models import build_corpus, train_tokenizer
+
+    plain = train_tokenizer(build_corpus(["frozenlake"], seeds=10), cell_tokens=False)
+    ids = enc(plain, "Go up.</think><answer>Up</answer>")
+    assert ".</" in [plain.decode([i]) for i in ids]
+    assert plain.decode(reasoning_ids(plain, ids)) == "Go up"
+    assert tok.decode(reasoning_ids(tok, enc(tok, "Go up.</think><answer>Up</answer>"))) == "Go up."
     assert reasoning_ids(tok, enc(tok, "no marker <answer>Up</answer>") + [eos]) is None
     assert reasoning_ids(tok, enc(tok, "</think><answer>Up</answer>")) == []
     assert reasoning_ids(tok, enc(tok, " \n \n</think>")) == []
