@@ -8,8 +8,8 @@ chat template, and a randomly initialised 2-layer ``Qwen2ForCausalLM``. Same see
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import logging
+import os
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
