@@ -819,8 +819,9 @@ class TestSandboxed:
             )
             res = bombing.result()
             other, _ = neighbour.result()
-        # the bomb's test fails: timed out (or, on a badly overloaded host, the whole run was cut off)
-        assert [r["status"] for r in res.results] in (["timeout"], []) and res.wall_s < 30
+        # the bomb's test fails: timed out, or crashed when the process cap starved the stub itself (seen on a loaded
+        # host), or, on a badly overloaded host, the whole run was cut off
+        assert [r["status"] for r in res.results] in (["timeout"], ["crashed"], []) and res.wall_s < 30
         assert other["status"] == "ok" and other["stdout"].strip() == "0"
         time.sleep(0.5)
         assert processes_with(marker) == []  # nothing of the bomb outlives the test
