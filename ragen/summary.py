@@ -6,20 +6,10 @@ validation is "before RL" (after the warm start, if any), the last validation is
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    rows = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a torn last line of an interrupted run
-            continue
-    return rows
+from ragen.plot import read_jsonl
 
 
 def _se(p: float, n: float) -> float:
@@ -28,7 +18,7 @@ def _se(p: float, n: float) -> float:
 
 def run_summary(run_dir: str | Path) -> dict:
     """Before/after validation success (with standard errors), steps, warm start and timing of a run folder."""
-    rows = read_metrics(run_dir)
+    rows = read_jsonl(Path(run_dir) / "metrics.jsonl")  # a torn last line of an interrupted run is skipped
     vals = [r for r in rows if r.get("val/success") is not None]
     before = next((r for r in vals if r["step"] == 0), None)
     after = next((r for r in reversed(vals) if r["step"] > 0), None)
