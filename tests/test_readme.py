@@ -1,4 +1,5 @@
-"""The README's install command is the one CI runs, and it installs every plugin in the repository."""
+"""The README's Quickstart is the two commands CI runs, the set-up installs every plugin in the repository, and the
+long-form install the README keeps for some plugins is the line the set-up script runs."""
 
 import re
 
@@ -9,9 +10,35 @@ def install_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith('pip install -c constraints.txt -e ".[test]"'))
 
 
-def test_ci_runs_the_readme_install_line_with_every_plugin():
+def quickstart_commands(readme: str) -> list[str]:
+    """The commands of the first ``sh`` block under "## Quickstart"."""
+    section = readme.split("## Quickstart\n", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def ci_commands() -> list[str]:
+    return [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
+
+
+def test_readme_quickstart_is_two_commands_and_ci_runs_exactly_them_in_order():
+    setup, tests = quickstart_commands((ROOT / "README.md").read_text())
+    assert (setup, tests) == ("bash scripts/install.sh", ".venv/bin/python -m pytest")
+    ci = ci_commands()
+    assert setup in ci and tests in ci and ci.index(setup) < ci.index(tests)
+    assert not any("pip install" in line and "ragen-sokoban" in line for line in ci)  # no second, diverging install
+
+
+def test_the_setup_script_runs_the_readme_long_form_install_with_every_plugin():
     readme = install_line((ROOT / "README.md").read_text())
-    assert readme == install_line((ROOT / ".ci" / "run").read_text())
+    assert readme == install_line((ROOT / "scripts" / "install.sh").read_text())
     listed = set(re.findall(r"-e \"?(plugins/ragen-[\w-]+)", readme))
     present = {f"plugins/{p.name}" for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file()}
     assert listed == present, present ^ listed
+
+
+def test_the_setup_script_names_pytorchs_cpu_index_and_falls_back_to_the_default_one():
+    script = (ROOT / "scripts" / "install.sh").read_text()
+    assert "https://download.pytorch.org/whl/cpu" in script
+    assert "cannot be reached; torch comes from the default index" in script
+    assert "https://download.pytorch.org/whl/cpu" in (ROOT / "README.md").read_text()
