@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import warnings
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -71,17 +72,19 @@ def cli(debug: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def plugins(as_json: bool) -> None:
     """List installed plugins, their versions and components, and broken plugins with their errors."""
-    from ragen.plugins import KINDS, broken_plugins, get_registry, loaded_plugins
+    from ragen.plugins import KINDS, broken_plugins, clashes, get_registry, loaded_plugins
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # broken plugins are listed below, not warned about
+        warnings.simplefilter("ignore")  # broken plugins and name clashes are listed below, not warned about
         broken = broken_plugins()
+        clashed = clashes()
         rows = []
         for p in loaded_plugins():
             comps = {kind: [c.name for c in get_registry(kind) if c.dist == p.dist] for kind in KINDS}
             rows.append({"name": p.name, "distribution": p.dist, "version": p.version, "components": {k: v for k, v in comps.items() if v}})
     if as_json:
-        click.echo(json.dumps({"plugins": rows, "broken": [vars_of(b) for b in broken]}, indent=2))
+        click.echo(json.dumps({"plugins": rows, "broken": [_renamed(vars_of(b)) for b in broken],
+                               "clashes": [vars_of(c) for c in clashed]}, indent=2))
         return
     _table(
         ["distribution", "version", "components"],
@@ -89,6 +92,13 @@ def plugins(as_json: bool) -> None:
     )
     for b in broken:
         click.echo(f"BROKEN {b.dist} {b.version}: {b.error}")
+    for c in clashed:
+        click.echo(f"CLASH {c.kind} {c.name!r}: registered by {c.kept!r} (used) and {c.refused!r} (refused)")
+
+
+def _renamed(row: dict) -> dict:
+    """``dist`` -> ``distribution``: every listing's JSON names the providing distribution the same way."""
+    return {("distribution" if k == "dist" else k): v for k, v in row.items()}
 
 
 def vars_of(obj) -> dict:
@@ -241,6 +251,9 @@ def _run_config(config_path, overrides, **named):
     filter_name = named.pop("filter_name", None)
     extra = [f"{keys[k]}={v}" for k, v in named.items() if v]
     cfg = load_config(config_path, [*overrides, *extra])
+    from ragen.models import check_model_name
+
+    check_model_name(cfg.model.name)  # a missing local path fails now, not after minutes as a hub id
     get_registry("env").get(cfg.env.name)  # unknown names fail here, with a did-you-mean
     get_registry("algorithm").get(cfg.algo.name)
     if filter_name:  # --filter replaces the preset's filter and its options
@@ -273,8 +286,6 @@ _model_option = click.option("--model", "model_name", help="tiny, smollm2, a Hug
 @click.argument("overrides", nargs=-1)
 def run(config_path, env_name, algo_name, filter_name, model_name, resume, warmstart, nproc, local_rank, overrides) -> None:
     """Train a policy with StarPO. OVERRIDES are section.key=value pairs, e.g. trainer.steps=5."""
-    from ragen.trainer import train
-
     if local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(local_rank))
     if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) <= 1:  # not yet a rank of a launched group
@@ -285,6 +296,8 @@ def run(config_path, env_name, algo_name, filter_name, model_name, resume, warms
         raise click.UsageError("--resume takes the run folder's own config; give no other options")
     cfg = _run_config(config_path, overrides, env_name=env_name, algo_name=algo_name, model_name=model_name,
                       filter_name=filter_name)
+    from ragen.trainer import train  # torch: after the config is checked, so bad input fails in a second
+
     run_dir = train(cfg, resume=resume, warmstart=warmstart)
     if int(os.environ.get("RANK", "0")) == 0:
         from ragen.summary import format_summary, run_summary
@@ -301,9 +314,8 @@ def run(config_path, env_name, algo_name, filter_name, model_name, resume, warms
 @click.argument("overrides", nargs=-1)
 def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
     """Fine-tune a model on expert demonstrations of an env (warmstart.* options); saves a HF model folder."""
-    from ragen.sft_cli import run_sft
-
     cfg = _run_config(config_path, overrides, env_name=env_name, model_name=model_name)
+    from ragen.sft_cli import run_sft  # torch: after the config is checked
     path, metrics = run_sft(cfg, out)
     click.echo(json.dumps(metrics, indent=2))
     click.echo(f"model: {path}")
@@ -315,16 +327,22 @@ def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
 @click.option("-k", "k", default=1, show_default=True, help="Samples per seed (pass@k).")
 @click.option("--seeds", "n_groups", default=64, show_default=True, help="Validation seeds (123, 124, ...).")
 @click.option("--temperature", default=0.5, show_default=True, help="Sampling temperature (RAGEN validation: 0.5).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where to write trajectories.jsonl and metrics.json.")
+@click.option("--out", "-o", "out", type=click.Path(file_okay=False, path_type=Path),
+              help="Where to write trajectories.jsonl and metrics.json (default: a new runs/eval-ENV-TIME folder per call).")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
 def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options) -> None:
     """Evaluate a model on an env's fixed validation seeds."""
-    from ragen.evaluate import evaluate
+    from ragen.models import check_model_name
     from ragen.plugins import get_registry
 
-    env_name = env_name or "sokoban"
+    check_model_name(model_name)
+    if env_name is None:
+        env_name = "sokoban"
+        click.echo("env: sokoban (the default; --env NAME picks another)", err=True)
     get_registry("env").get(env_name)
-    out = out or Path("runs") / f"eval-{env_name}"
+    from ragen.evaluate import evaluate  # torch: after the arguments are checked
+
+    out = out or _fresh_dir(Path("runs") / f"eval-{env_name}-{datetime.now():%Y%m%d-%H%M%S}")
     metrics = evaluate(env_name, model_name, k=k, n_groups=n_groups, temperature=temperature, out=out, options=_options(options))
     click.echo(json.dumps(metrics, indent=2))
     click.echo(f"trajectories: {out / 'trajectories.jsonl'}\nviewer: {out / 'report.html'}")
@@ -362,6 +380,15 @@ def plot(runs, metrics, out, dpi) -> None:
     curves = plot_mod.load_runs(list(runs))
     chosen = list(metrics) or plot_mod.present(curves, plot_mod.KEY_METRICS)
     click.echo(f"plot: {plot_mod.write_png(curves, chosen, out, dpi=dpi)}")
+
+
+def _fresh_dir(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3``, ... if it exists: a default output folder never overwrites an earlier one."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 def _options(items: tuple[str, ...]) -> dict:

@@ -32,9 +32,23 @@ def make_env(name: str, **options: Any) -> Env:
 
 
 def make_component(kind: str, name: str, **options: Any) -> Any:
-    """Call a registered component's factory with its structured config (parsers, estimators, filters...)."""
+    """Call a registered component's factory with its structured config (parsers, estimators, filters...).
+
+    An algorithm preset is not called: ``make_component("algorithm", "grpo", kl_coef=0.01)`` returns the registered
+    ``AlgorithmPreset`` with ``options`` applied (checked like ``algo.options``)."""
     item = get_registry(kind).get(name)
+    if kind == "algorithm":
+        return preset_with(item.factory, options, path=name)
     return item.factory(component_config(item, options, path=name))
+
+
+def preset_with(preset: Any, options: dict, path: str = "algo.options") -> Any:
+    """An ``AlgorithmPreset`` with some fields replaced, validated like a config file's ``algo.options``."""
+    if not options:
+        return preset
+    from ragen.config import converter
+
+    return structure(type(preset), {**converter.unstructure(preset), **options}, path=path)
 
 
 def list_components(kind: str) -> list[Component]:

@@ -40,6 +40,10 @@ def structure(cls: type[T], data: Any, path: str = "") -> T:
         inner = _config_error(exc)  # a validator of the class itself said what is wrong: keep its words
         if inner is not None:
             raise ConfigError(f"{path}.{inner}" if path else str(inner)) from None
+        own = _own_words(exc)
+        if own is not None:  # a plugin config's validator (attrs or __attrs_post_init__): its message, not "invalid value"
+            section = ".".join(filter(None, [path, own[0]]))
+            raise ConfigError(f"{section or 'config'}: {own[1]}") from None
         raise ConfigError("; ".join(_messages(exc, cls, path, data))) from None
     except (TypeError, ValueError) as exc:  # validators of attrs classes
         raise ConfigError(f"{path or 'config'}: {exc}") from None
@@ -55,6 +59,19 @@ def _config_error(exc: BaseException, prefix: str = "") -> ConfigError | None:
     for sub in getattr(exc, "exceptions", ()):
         names = [note.name for note in getattr(sub, "__notes__", ()) if isinstance(getattr(note, "name", None), str)]
         found = _config_error(sub, prefix + "".join(f"{n}." for n in names[:1]))
+        if found is not None:
+            return found
+    return None
+
+
+def _own_words(exc: BaseException, section: str = "") -> tuple[str, str] | None:
+    """(section path, message) of a ValueError/TypeError a config class's own ``__init__`` raised (attrs validators,
+    ``__attrs_post_init__``): cattrs attaches no attribute note to those, unlike a field it could not structure."""
+    if type(exc) in (ValueError, TypeError) and not getattr(exc, "__notes__", None):
+        return section, str(exc)
+    for sub in getattr(exc, "exceptions", ()):
+        names = [note.name for note in getattr(sub, "__notes__", ()) if isinstance(getattr(note, "name", None), str)]
+        found = _own_words(sub, ".".join(filter(None, [section, *names[:1]])))
         if found is not None:
             return found
     return None
@@ -224,13 +241,30 @@ class ModelConfig:
 
 
 @attrs.frozen(kw_only=True)
-class EnvSection:
-    """Which environment to train on."""
+class EnvEntry:
+    """One env of a run's `env.train` or `env.val` list, with its own options and parser (docs/multi-env.md)."""
 
-    name: str = option("sokoban", "A registered env variant (see `ragen envs`).")
+    name: str = option("", "A registered env variant (see `ragen envs`).")
+    options: dict[str, Any] = option(factory=dict, doc="Overrides of this variant's config fields (its budget included).")
+    weight: float = option(1.0, "Train: this env's share of rollout.n_groups (largest remainder; every env needs >= 1 "
+                                "group). Ignored in env.val.")
+    n_groups: int = option(0, "Train: groups per step (all train entries or none set it; then rollout.n_groups is their "
+                              "sum). Val: validation groups; 0 = rollout.n_val_groups.")
+    parser: str = option("", "The registered action parser for this env; '' = rollout.parser.")
+
+
+@attrs.frozen(kw_only=True)
+class EnvSection:
+    """Which environment to train on: one variant (`name`, `options`), or lists of them (`train`, `val`)."""
+
+    name: str = option("sokoban", "A registered env variant (see `ragen envs`); unused when env.train is given.")
     options: dict[str, Any] = option(
         factory=dict, doc="Overrides of the variant's config fields, e.g. {max_turns: 3}; checked by the env's config class."
     )
+    train: tuple[EnvEntry, ...] = option((), "Several training envs in one run: [{name, options, weight | n_groups, "
+                                             "parser}, ...]; empty = the single env of name/options.", converter=tuple)
+    val: tuple[EnvEntry, ...] = option((), "Validation envs ([{name, options, n_groups, parser}, ...]); empty = the "
+                                           "training envs.", converter=tuple)
 
 
 @attrs.frozen(kw_only=True)
@@ -265,6 +299,9 @@ class RolloutSection:
     vllm_kv_cache_gb: float = option(0.0, "vLLM: KV cache size in GiB (0 = from vllm_memory_fraction; on CPU VLLM_CPU_KVCACHE_SPACE overrides it).")
     vllm_enforce_eager: bool = option(True, "vLLM: no torch.compile / CUDA graphs (starts in seconds; false speeds up long GPU runs).")
     sync_check_tol: float = option(0.0, "vLLM: largest abs(trainer - vLLM) log-prob difference on the probe sequence accepted after each weight sync, else the run stops (0 = 1e-4 in fp32, 0.25 in bf16/fp16).")
+    max_context_window: int = option(0, "Past turns the model sees in each prompt (0 = all). With k, turn t's prompt is the "
+                                         "system prompt, turns t-k..t-1 and turn t's user text; the trained row packs each "
+                                         "turn with its own prompt (docs/history-window.md).")
     tis_cap: float = option(0.0, "Truncated importance sampling: each token's policy-gradient term times min(exp(old_logp - rollout_logp), cap); 0 = off (try 2 with vLLM).")
 
 
@@ -412,8 +449,9 @@ RANGES: dict[type, dict[str, Range]] = {
         "n_groups": AT_LEAST_1, "group_size": AT_LEAST_1, "n_val_groups": AT_LEAST_1, "temperature": POSITIVE,
         "top_p": FRACTION, "val_temperature": NON_NEGATIVE, "max_model_len": AT_LEAST_1, "response_length": NON_NEGATIVE,
         "max_batch": AT_LEAST_1, "vllm_memory_fraction": FRACTION, "vllm_kv_cache_gb": NON_NEGATIVE,
-        "sync_check_tol": NON_NEGATIVE, "tis_cap": NON_NEGATIVE,
+        "sync_check_tol": NON_NEGATIVE, "tis_cap": NON_NEGATIVE, "max_context_window": NON_NEGATIVE,
     },
+    EnvEntry: {"weight": POSITIVE, "n_groups": NON_NEGATIVE},
     TrainerSection: {
         "steps": AT_LEAST_1, "seed": SEED, "zero_stage": Range(0, 2), "actor_lr": POSITIVE, "critic_lr": POSITIVE,
         "weight_decay": NON_NEGATIVE, "grad_clip": NON_NEGATIVE, "ppo_mini_batch_size": AT_LEAST_1,
@@ -455,6 +493,9 @@ def check_values(obj: Any, path: str = "") -> None:
         value, key = getattr(obj, f.name), f"{path}.{f.name}" if path else f.name
         if attrs.has(type(value)):
             check_values(value, key)
+        elif isinstance(value, tuple) and value and all(attrs.has(type(v)) for v in value):  # env.train / env.val
+            for i, item in enumerate(value):
+                check_values(item, f"{key}[{i}]")
         elif value is not None and f.name in ranges and value not in ranges[f.name]:
             raise ConfigError(f"{key}: must be {ranges[f.name]}, got {value!r}")
         elif f.name in choices and not _allowed(value, choices[f.name]):

@@ -33,6 +33,14 @@ class RegistrationError(RagenError):
     """A plugin registered a component badly (duplicate name, bad config class, ...)."""
 
 
+class DuplicateNameError(RegistrationError):
+    """A component name another distribution registered first; only this one component is refused."""
+
+    def __init__(self, kind: str, name: str, first: str, second: str):
+        self.kind, self.name, self.first, self.second = kind, name, first, second
+        super().__init__(f"{kind} {name!r} is registered by both {first!r} and {second!r}; {second!r}'s is refused")
+
+
 class PluginError(RagenError):
     """A plugin failed to load or its hook implementations do not match the hook specs."""
 

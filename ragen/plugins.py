@@ -21,7 +21,7 @@ import attrs
 import pluggy
 
 from ragen import hookspecs
-from ragen.errors import UnknownNameError
+from ragen.errors import DuplicateNameError, UnknownNameError
 from ragen.registry import Registry
 
 ENTRY_POINT_GROUP = "ragen"
@@ -58,12 +58,24 @@ class BrokenPlugin:
     error: str
 
 
+@attrs.frozen
+class Clash:
+    """A component name two distributions registered: ``kept`` registered it first (entry points load in name
+    order) and keeps it; ``refused``'s component of that name is absent, the rest of ``refused`` loads."""
+
+    kind: str
+    name: str
+    kept: str
+    refused: str
+
+
 class _State:
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager("ragen")
         self.pm.add_hookspecs(hookspecs)
         self.plugins: dict[str, PluginInfo] = {}
         self.broken: dict[str, BrokenPlugin] = {}
+        self.clashes: list[Clash] = []
         self.registries: dict[str, Registry] = {}
         self.entry_points_loaded = False
 
@@ -141,7 +153,12 @@ def _fill(kind: str, reg: Registry) -> None:
         dist = info.dist
 
         def register(name, factory, _dist=dist, **kwargs):
-            return reg.register(name, factory, dist=_dist, **kwargs)
+            try:
+                return reg.register(name, factory, dist=_dist, **kwargs)
+            except DuplicateNameError as exc:  # refuse this one name; the plugin's other components still load
+                _state.clashes.append(Clash(exc.kind, exc.name, exc.first, exc.second))
+                warnings.warn(f"ragen plugin {exc.second!r}: {exc}", PluginWarning, stacklevel=2)
+                return None
 
         try:
             impl.function(**{arg: register for arg in impl.argnames})
@@ -174,11 +191,19 @@ def broken_plugins() -> list[BrokenPlugin]:
     return sorted(_state.broken.values(), key=lambda p: p.name)
 
 
+def clashes() -> list[Clash]:
+    """Component names registered by two distributions (the first keeps the name). Fills every registry first."""
+    for kind in KINDS:
+        get_registry(kind)
+    return list(_state.clashes)
+
+
 def register_plugin(obj: Any, name: str, dist: str | None = None, version: str = "0") -> None:
     """Register an in-process plugin object (tests, notebooks). Registries are rebuilt on next use."""
     _load_entry_points()
     _add_plugin(obj, PluginInfo(name, dist or name, version, getattr(obj, "__name__", repr(obj))))
     _state.registries.clear()
+    _state.clashes.clear()
 
 
 def unregister_plugin(name: str) -> None:
@@ -189,6 +214,7 @@ def unregister_plugin(name: str) -> None:
     _state.plugins.pop(name, None)
     _state.broken.pop(name, None)
     _state.registries.clear()
+    _state.clashes.clear()
 
 
 def reset() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from ragen.errors import RegistrationError, UnknownNameError
+from ragen.errors import DuplicateNameError, RegistrationError, UnknownNameError
 
 
 @attrs.frozen
@@ -26,8 +26,8 @@ class Component:
 class Registry:
     """Components of one kind (``env``, ``estimator``...) by name.
 
-    Names are unique across plugins: registering a name twice raises a ``RegistrationError`` naming both
-    distributions, and the loader reports the second plugin as broken.
+    Names are unique across plugins: registering a name twice raises a ``DuplicateNameError`` naming both
+    distributions; the loader refuses only that component and records the clash (``ragen.plugins.clashes()``).
     """
 
     def __init__(self, kind: str):
@@ -51,8 +51,7 @@ class Registry:
         if self.kind == "env":
             config = _env_config(name, factory, config, dist)
         if name in self._items:
-            other = self._items[name].dist
-            raise RegistrationError(f"{self.kind} {name!r} is registered by both {other!r} and {dist!r}")
+            raise DuplicateNameError(self.kind, name, self._items[name].dist, dist)
         if description is None:
             description = _first_line(getattr(factory, "__doc__", None))
         item = Component(self.kind, name, factory, config, dist, description or "", dict(defaults or {}))

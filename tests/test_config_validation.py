@@ -165,3 +165,39 @@ def test_check_env_names_an_unknown_option():
     assert res.returncode != 0
     assert res.stderr.strip().startswith("Error: frozenlake.bogus: unknown key"), res.stderr
     assert "check(s) failed" not in res.stderr + res.stdout
+
+
+def test_plugin_config_validator_message_reaches_the_user():
+    """A plugin's own validator (attrs ``validator=`` or ``__attrs_post_init__``) is quoted, not 'invalid value'."""
+    import attrs
+
+    from ragen import EnvConfig, option
+    from ragen.config import structure
+
+    @attrs.frozen(kw_only=True)
+    class GridConfig(EnvConfig):
+        n: int = option(3, "Grid side.", validator=attrs.validators.ge(2))
+
+    @attrs.frozen(kw_only=True)
+    class PostInitConfig(EnvConfig):
+        n: int = option(3, "Grid side.")
+
+        def __attrs_post_init__(self):
+            if self.n < 2:
+                raise ValueError("n must be at least 2 (a 1x1 grid has no moves)")
+
+    with pytest.raises(ConfigError, match=r"^gridworld: 'n' must be >= 2: 1$"):
+        structure(GridConfig, {"n": 1}, path="gridworld")
+    with pytest.raises(ConfigError, match=r"^gridworld: n must be at least 2 \(a 1x1 grid has no moves\)$"):
+        structure(PostInitConfig, {"n": 1}, path="gridworld")
+    with pytest.raises(ConfigError, match=r"^gridworld\.n: expected int, got 'x'$"):  # cattrs' own errors unchanged
+        structure(GridConfig, {"n": "x"}, path="gridworld")
+
+
+def test_make_component_algorithm_returns_the_preset_with_options():
+    import ragen
+
+    preset = ragen.make_component("algorithm", "grpo", kl_coef=0.01)
+    assert isinstance(preset, ragen.AlgorithmPreset) and preset.kl_coef == 0.01 and preset.estimator == "grpo"
+    with pytest.raises(ConfigError, match="grpo.kl_cof: unknown key; did you mean 'kl_coef'"):
+        ragen.make_component("algorithm", "grpo", kl_cof=0.01)

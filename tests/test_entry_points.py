@@ -41,7 +41,7 @@ def test_tiny_plugin_discovered(site):
 
 def test_broken_plugin_listed_others_work(site):
     res = run(site, "plugins", "--json", check=True)
-    broken = {b["dist"]: b["error"] for b in json.loads(res.stdout)["broken"]}
+    broken = {b["distribution"]: b["error"] for b in json.loads(res.stdout)["broken"]}
     assert "ragen_broken needs a library that is not installed" in broken["ragen-broken"]
     human = run(site, "plugins", check=True).stdout
     assert "BROKEN ragen-broken 0.0.1: import failed: ImportError" in human

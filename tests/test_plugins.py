@@ -8,7 +8,7 @@ import pytest
 import ragen
 from ragen import hookimpl
 from ragen.errors import RegistrationError, UnknownNameError
-from ragen.plugins import PluginWarning, broken_plugins, get_registry, register_plugin, unregister_plugin
+from ragen.plugins import PluginWarning, broken_plugins, clashes, get_registry, register_plugin, unregister_plugin
 from ragen.registry import Registry
 
 
@@ -35,16 +35,34 @@ def test_unknown_name_did_you_mean():
 class _Dup:
     @hookimpl
     def register_algorithms(self, register):
-        register("grpo", ragen.AlgorithmPreset(estimator="grpo"))
+        register("grpo", ragen.AlgorithmPreset(estimator="grpo"))  # taken by ragen-algos
+        register("dup-own", ragen.AlgorithmPreset(estimator="grpo"))
+
+    @hookimpl
+    def register_envs(self, register):
+        from ragen_frozenlake.env import FrozenLakeEnv  # noqa: F401  (a real env class under a clashing name)
+
+        register("frozenlake", FrozenLakeEnv)
+        register("dup-lake", FrozenLakeEnv)
+
+    @hookimpl
+    def register_rollout_filters(self, register):
+        register("dup-filter", lambda config: (lambda inp: ragen.FilterResult(sorted(set(inp.group_ids)))))
 
 
-def test_duplicate_across_plugins_marks_second_broken(fresh_plugins):
+def test_duplicate_refuses_only_the_clashing_component(fresh_plugins):
     register_plugin(_Dup(), "dup", dist="ragen-dup")
-    with pytest.warns(PluginWarning, match="ragen-dup"):
+    with pytest.warns(PluginWarning, match="'ragen-algos' and 'ragen-dup'"):
         reg = get_registry("algorithm")
-    assert reg.get("grpo").dist == "ragen-algos"
-    broken = {b.dist: b.error for b in broken_plugins()}
-    assert "ragen-dup" in broken and "'ragen-algos' and 'ragen-dup'" in broken["ragen-dup"]
+    assert reg.get("grpo").dist == "ragen-algos"  # the first registration keeps the name
+    assert reg.get("dup-own").dist == "ragen-dup"  # the rest of the plugin loads
+    with pytest.warns(PluginWarning, match="'ragen-frozenlake' and 'ragen-dup'"):
+        envs = get_registry("env")
+    assert envs.get("frozenlake").dist == "ragen-frozenlake" and envs.get("dup-lake").dist == "ragen-dup"
+    assert get_registry("filter").get("dup-filter").dist == "ragen-dup"
+    assert not any(b.dist == "ragen-dup" for b in broken_plugins())
+    assert {(c.kind, c.name, c.kept, c.refused) for c in clashes()} == {
+        ("algorithm", "grpo", "ragen-algos", "ragen-dup"), ("env", "frozenlake", "ragen-frozenlake", "ragen-dup")}
 
 
 class _Misspelt:
