@@ -31,3 +31,11 @@ def register_action_parsers(register):
         defaults={"enable_think": False},
         description="<answer>a || b</answer> without a think block",
     )
+
+
+@hookimpl
+def register_envs(register):
+    from ragen.remote import RemoteConfig, RemoteEnv
+
+    register("remote", RemoteEnv, config=RemoteConfig,
+             description="An env served by `ragen serve-env` elsewhere (env.options.url=http://HOST:PORT)")

@@ -228,6 +228,40 @@ def play(name: str, seed: int, episodes: int, options: tuple[str, ...]) -> None:
     play_episodes(name, seed=seed, episodes=episodes, options=_options(options))
 
 
+@cli.command("serve-env")
+@click.argument("name")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told otherwise).")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option("--token", default=None, help="Shared token clients must send (default: $RAGEN_ENV_TOKEN, else none).")
+@click.option("--threads", default=16, show_default=True, type=click.IntRange(1, 512), help="Requests served at once.")
+@click.option("--episode-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds after which an untouched episode is closed.")
+@click.option("--max-episodes", default=1024, show_default=True, type=click.IntRange(min=1), help="Open episodes at most.")
+def serve_env(name, options, host, port, token, threads, episode_timeout, max_episodes) -> None:
+    """Serve env NAME over HTTP for `ragen run --env remote env.options.url=...` (docs/remote-envs.md)."""
+    from ragen.envserver import is_loopback, make_server
+    from ragen.plugins import get_registry
+    from ragen.remote import TOKEN_ENV
+
+    get_registry("env").get(name)  # unknown names fail here with a did-you-mean
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if not is_loopback(host) and not token:
+        warnings.warn(f"serving {name} on {host} without a token: anyone who reaches this port can run episodes")
+    server = make_server(name, _options(options), host=host, port=port, token=token, threads=threads,
+                         episode_timeout_s=episode_timeout, max_episodes=max_episodes)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"serving {name} on http://{shown}:{server.effective_port} (Ctrl-C stops)", nl=True)
+    sys.stdout.flush()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        server.table.close()
+
+
 @cli.command("new-env")
 @click.argument("name")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,

@@ -105,6 +105,10 @@ class Env(gymnasium.Env):
     deterministic: bool = True
     #: False for data-backed envs whose initial states may repeat across seeds
     procedural: bool = True
+    #: whether separate instances may be stepped at the same time (``rollout.env_workers`` > 1): "none" (stepped one
+    #: at a time in the trainer's thread), "thread" (a thread pool: envs that wait on subprocesses or sockets and keep
+    #: no module-level state), "process" (each instance in a worker process: CPU-bound Python envs)
+    concurrency: ClassVar[str] = "none"
 
     action_separator: str | None = "||"
 

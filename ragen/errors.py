@@ -49,6 +49,11 @@ class EnvError(RagenError):
     """An environment was used against its contract (stepping after the end, bad options...)."""
 
 
+class RemoteEnvError(EnvError, RuntimeError):
+    """A served env (``env.name=remote``, or an env in a worker process) was lost or refused a request; the episode
+    is dropped and counted like any env failure."""
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """Return ``"; did you mean 'x'?"`` for the closest known name, or a list of known names, or ``""``."""
     known = sorted(known)
