@@ -296,6 +296,8 @@ def _run_config(config_path, overrides, **named):
         get_registry("filter").get(filter_name)
         options = {**cfg.algo.options, "filter": filter_name, "filter_options": {}}
         cfg = attrs.evolve(cfg, algo=attrs.evolve(cfg.algo, options=options))
+    if not named.get("env_name") and config_path is None and not any(o.startswith("env.name=") for o in overrides):
+        click.echo(f"env: {cfg.env.name} (the default; --env NAME picks another)", err=True)
     return cfg
 
 
@@ -328,8 +330,8 @@ def run(config_path, env_name, algo_name, filter_name, model_name, resume, warms
     if resume is not None and (config_path or env_name or algo_name or filter_name or model_name or overrides
                                or warmstart is not None):
         raise click.UsageError("--resume takes the run folder's own config; give no other options")
-    cfg = _run_config(config_path, overrides, env_name=env_name, algo_name=algo_name, model_name=model_name,
-                      filter_name=filter_name)
+    cfg = None if resume is not None else _run_config(config_path, overrides, env_name=env_name, algo_name=algo_name,
+                                                       model_name=model_name, filter_name=filter_name)
     from ragen.trainer import train  # torch: after the config is checked, so bad input fails in a second
 
     run_dir = train(cfg, resume=resume, warmstart=warmstart)
@@ -361,7 +363,7 @@ def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
 @click.option("-k", "k", default=1, show_default=True, help="Samples per seed (pass@k).")
 @click.option("--seeds", "n_groups", default=64, show_default=True, help="Validation seeds (123, 124, ...).")
 @click.option("--temperature", default=0.5, show_default=True, help="Sampling temperature (RAGEN validation: 0.5).")
-@click.option("--out", "-o", "out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write trajectories.jsonl and metrics.json (default: a new runs/eval-ENV-TIME folder per call).")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
 def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options) -> None:

