@@ -86,9 +86,44 @@ def collate(trajs: Sequence, pad_id: int, scores: Sequence[float], placement: st
             if len(sampled):
                 rewards[i, int(sampled[-1])] = float(score)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    extra = {"turn_ids": turn_ids, "turn_scores": turn_scores}
+    if any(getattr(t, "blocks", None) for t in trajs):  # history window: blocks restart positions, attend to themselves
+        blocks = torch.zeros(n, width, dtype=torch.long)
+        for i, t in enumerate(trajs):
+            for start in getattr(t, "blocks", None) or ():
+                blocks[i, start:] += 1
+                pos[i, start:] -= pos[i, start].clone()
+        extra["blocks"] = blocks
     return Batch(ids, attn, pos, mask, rewards, torch.tensor(list(scores), dtype=torch.float32),
-                 torch.tensor([t.group_id for t in trajs], dtype=torch.long), lps,
-                 extra={"turn_ids": turn_ids, "turn_scores": turn_scores})
+                 torch.tensor([t.group_id for t in trajs], dtype=torch.long), lps, extra=extra)
+
+
+def model_attention(batch: Batch, module: torch.nn.Module, end: int | None = None) -> torch.Tensor:
+    """The ``attention_mask`` to give the model for ``batch[:, :end]``: the 2D padding mask, or, for rows packed in
+    blocks by a history window, a 4D mask in which a token sees earlier real tokens of its own block only (and
+    itself, so padding rows stay finite): exactly what the engine saw when it sampled each block's turn.
+    Boolean for sdpa/flex, additive float for eager; flash-attention-2 takes no 4D mask."""
+    attn = batch.attention_mask[:, :end]
+    blocks = batch.extra.get("blocks")
+    if blocks is None:
+        return attn
+    config = getattr(module, "config", None) or getattr(getattr(module, "base", None), "config", None)  # critic: .base
+    impl = getattr(config, "_attn_implementation", "sdpa") or "sdpa"
+    if impl.startswith("flash"):
+        from ragen.errors import ConfigError
+
+        raise ConfigError("rollout.max_context_window: packed history-window rows need model.attn_implementation sdpa "
+                          "or eager (flash-attention-2 takes no 4D mask)")
+    b = blocks[:, :end]
+    width = b.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=b.device).tril()
+    allowed = causal & (b[:, :, None] == b[:, None, :]) & attn.bool()[:, None, :]
+    allowed |= torch.eye(width, dtype=torch.bool, device=b.device)
+    allowed = allowed[:, None]
+    if impl == "eager":
+        dtype = next(module.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=b.device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return allowed
 
 
 def mini_batches(n: int, mini_size: int, generator: torch.Generator) -> list[list[int]]:

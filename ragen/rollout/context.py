@@ -126,15 +126,31 @@ class ChatFormat:
 
 
 class ChatContext:
-    """One trajectory's ids, loss mask, rollout log-probs and segments, grown without re-tokenizing."""
+    """One trajectory's ids, loss mask, rollout log-probs and segments, grown without re-tokenizing.
 
-    def __init__(self, fmt: ChatFormat, system: str, user: str):
-        self.fmt = fmt
+    ``window`` k > 0 (``rollout.max_context_window``): turn t's prompt holds the system prompt, turns t-k..t-1 and
+    turn t's user text. While no turn is dropped the row grows as in full mode; from turn k+2 on each turn starts a
+    new *block* of the row: its whole windowed prompt (mask 0), rebuilt from the ids already held (the first kept
+    turn's user text rendered as P_1, then its sampled ids, EOS fill and the deltas after it), then its response.
+    ``blocks`` lists where blocks after the first start; the trainer attends within a block only
+    (docs/history-window.md).
+    """
+
+    def __init__(self, fmt: ChatFormat, system: str, user: str, window: int = 0):
+        self.fmt, self.system, self.window = fmt, system, int(window)
         self.input_ids: list[int] = []
         self.loss_mask: list[int] = []
         self.logprobs: list[float] = []
         self.segments: list[tuple[str, int, int]] = []
+        self.blocks: list[int] = []  #: start of each block after the first (empty: one conversation)
+        self._users = [user]  #: user text of each turn (1-based turn t at index t-1)
+        self._turns: list[list[int]] = []  #: per finished turn: its sampled ids + EOS fill (what later prompts show)
+        self._deltas: list[list[int]] = []  #: D_{t+1} ids of each turn t, tokenized once
         self._append("prompt", fmt.prompt_ids(system, user))
+
+    @property
+    def block_start(self) -> int:
+        return self.blocks[-1] if self.blocks else 0
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -154,20 +170,39 @@ class ChatContext:
 
     def add_response(self, token_ids: Sequence[int], logprobs: Sequence[float]) -> tuple[int, int]:
         """Append the engine's ids verbatim (mask 1); returns their span."""
+        self._turns.append([int(i) for i in token_ids])
         return self._append("response", token_ids, logprobs)
 
     def next_user(self, user: str, ended_with_eos: bool) -> list[tuple[str, list[int]]]:
-        """The pieces to append before the next turn: the EOS fill (if the turn hit the length cap) and D_{t+1}."""
-        pieces: list[tuple[str, list[int]]] = []
-        if not ended_with_eos:
-            pieces.append(("eos_fill", [self.fmt.eos_id]))
-        pieces.append(("delta", self.fmt.delta_ids(user)))
-        return pieces
+        """The pieces to append before the next turn: the EOS fill (if the turn hit the length cap) and D_{t+1} or,
+        when the window drops a turn, one ``prompt`` piece: the next turn's whole windowed prompt (a new block)."""
+        fill = [] if ended_with_eos else [self.fmt.eos_id]
+        self._turns[-1] += fill
+        self._users.append(user)
+        self._deltas.append(self.fmt.delta_ids(user))
+        nxt = len(self._users)  # the 1-based number of the coming turn
+        if self.window and nxt - self.window > 1:
+            return [("prompt", self._window_prompt(nxt - self.window))]
+        return ([("eos_fill", fill)] if fill else []) + [("delta", self._deltas[-1])]
+
+    def _window_prompt(self, first: int) -> list[int]:
+        """System + turns first..(last finished) + the coming turn's user text, from ids already held."""
+        ids = self.fmt.prompt_ids(self.system, self._users[first - 1])
+        for t in range(first, len(self._users)):
+            ids += self._turns[t - 1] + self._deltas[t - 1]
+        return ids
+
+    def next_prompt_len(self, pieces: Sequence[tuple[str, list[int]]]) -> int:
+        """Length of the next engine prompt once ``pieces`` are appended (what ``max_model_len`` caps)."""
+        added = sum(len(ids) for _, ids in pieces)
+        return added if pieces and pieces[0][0] == "prompt" else len(self) - self.block_start + added
 
     def extend(self, pieces: Sequence[tuple[str, list[int]]]) -> None:
         for kind, ids in pieces:
+            if kind == "prompt":
+                self.blocks.append(len(self.input_ids))
             self._append(kind, ids)
 
     def prompt(self) -> list[int]:
-        """The ids the engine continues from (a copy)."""
-        return list(self.input_ids)
+        """The ids the engine continues from (a copy): the current block."""
+        return self.input_ids[self.block_start:]

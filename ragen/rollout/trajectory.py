@@ -48,6 +48,7 @@ class Trajectory:
     truncated: bool = False
     truncation_reason: str | None = None
     task_id: str | None = None
+    blocks: list[int] = attrs.Factory(list)  #: starts of the blocks after the first (history window; empty = one conversation)
 
     @property
     def score(self) -> float:
