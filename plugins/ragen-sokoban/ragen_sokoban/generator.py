@@ -11,6 +11,7 @@ cached, and 1-box reverse play has its own loop.
 from __future__ import annotations
 
 import hashlib
+import threading
 from functools import lru_cache
 
 import attrs
@@ -67,24 +68,91 @@ class Level:
         return solution[0]
 
 
+MASK128 = (1 << 128) - 1
+PCG64_MULT = 0x2360ED051FC65DA44385DF649FCCF645  #: PCG64's 128-bit LCG multiplier (state = state * mult + inc)
+#: 64 steps at once: state_64 = state * mult**64 + inc * (mult**63 + ... + mult + 1)
+PCG64_MULT_64 = pow(PCG64_MULT, 64, 1 << 128)
+PCG64_SUM_64 = sum(pow(PCG64_MULT, k, 1 << 128) for k in range(64)) & MASK128
+_THREAD = threading.local()
+
+
+def _thread_bits() -> np.random.PCG64:
+    """This thread's PCG64, whose state each ``Draws.refill`` sets (one object per thread: a set and the read after
+    it must not interleave with another thread's)."""
+    _THREAD.bits = np.random.PCG64(0)
+    return _THREAD.bits
+
+
+def _seed_source() -> str:
+    """Source of ``_pcg64_seed(seed)``: ``np.random.PCG64(seed)``'s (state, inc) for 0 <= seed < 2**64, i.e.
+    SeedSequence's hash of the seed's two 32-bit words into a pool of 4, its 8 output words, and PCG64's seeding
+    (numpy/random/bit_generator.pyx, src/pcg64). The hash constants do not depend on the seed, so the code is written
+    out with them as literals: numpy's own seeding costs ~13 us a level (a fifth of it), this a third less."""
+    m32 = 0xFFFFFFFF
+    h = 0x43B0D7E5  # SeedSequence's INIT_A, then times MULT_A per hash
+    lines = ["def _pcg64_seed(seed):", f"    e0, e1 = seed & {m32}, seed >> 32"]
+
+    def hashmix(word: str) -> str:
+        nonlocal h
+        x, h = h, h * 0x931E8875 & m32
+        return f"    v = ({word} ^ {x}) * {h} & {m32}; v ^= v >> 16"
+
+    for i, word in enumerate(("e0", "e1", "0", "0")):  # a seed < 2**32 has one word; a missing word hashes as 0
+        lines += [hashmix(word), f"    p{i} = v"]
+    for src in range(4):
+        for dst in range(4):
+            if src != dst:
+                lines += [hashmix(f"p{src}"), f"    v = (0xCA01F9DD * p{dst} - 0x4973F715 * v) & {m32}",
+                          f"    p{dst} = v ^ v >> 16"]
+    h = 0x8B51F9DD  # generate_state's INIT_B, times MULT_B per word
+    for i in range(8):
+        x, h = h, h * 0x58F38DED & m32
+        lines.append(f"    v = (p{i % 4} ^ {x}) * {h} & {m32}; w{i} = v ^ v >> 16")
+    lines += [  # 4 uint64 (little-endian pairs): seed high, seed low, inc high, inc low; srandom steps twice
+        f"    inc = ((w4 | w5 << 32) << 65 | (w6 | w7 << 32) << 1 | 1) & {MASK128}",
+        f"    return ((inc + ((w0 | w1 << 32) << 64 | w2 | w3 << 32)) * {PCG64_MULT} + inc) & {MASK128}, inc",
+    ]
+    return "\n".join(lines)
+
+
+_namespace: dict = {}
+exec(_seed_source(), _namespace)  # noqa: S102 - code built above from constants only
+_pcg64_seed = _namespace["_pcg64_seed"]
+
+
 class Draws:
     """The draws of ``numpy.random.default_rng(seed)`` replayed from its PCG64 raw 64-bit stream: ``random()`` is
     ``Generator.random()``, ``below(n)`` is ``Generator.integers(n)`` (Lemire's method on 32-bit halves, the low half
     of a word first, the high half kept for the next 32-bit draw) and ``sample(n, k)`` is ``Generator.choice(n, k,
     replace=False)`` (Floyd's algorithm, then a shuffle). numpy's calls cost microseconds each; these cost a tenth."""
 
-    __slots__ = ("_bits", "_words", "_i", "_half")
+    __slots__ = ("_state", "_inc", "_words", "_i", "_half")
 
     def __init__(self, seed: int) -> None:
-        self._bits = np.random.PCG64(seed)
+        if 0 <= seed < 1 << 64:
+            self._state, self._inc = _pcg64_seed(seed)
+        else:  # numpy's seeding for other ints (more than two 32-bit words of entropy, or its error for < 0)
+            state = np.random.PCG64(seed).state["state"]
+            self._state, self._inc = state["state"], state["inc"]
         self._words: list[int] = []
         self._i = 64  # words used of the current batch of 64 (a level uses about 50)
         self._half: int | None = None
 
+    def refill(self) -> list[int]:
+        """The next batch of raw words (the caller resets its index to 0), from this thread's PCG64 set to our state;
+        the state then jumps 64 steps ahead."""
+        bits = _THREAD.__dict__.get("bits") or _thread_bits()
+        bits.state = {"bit_generator": "PCG64", "state": {"state": self._state, "inc": self._inc},
+                      "has_uint32": 0, "uinteger": 0}
+        self._words = bits.random_raw(64).tolist()
+        self._state = (self._state * PCG64_MULT_64 + self._inc * PCG64_SUM_64) & MASK128
+        return self._words
+
     def _next64(self) -> int:
         i = self._i
         if i == 64:
-            self._words, i = self._bits.random_raw(64).tolist(), 0
+            i = 0
+            self.refill()
         self._i = i + 1
         return self._words[i]
 
@@ -100,7 +168,8 @@ class Draws:
     def random(self) -> float:
         i = self._i  # _next64 inlined: a level makes ~60 draws, the call would be a third of their time
         if i == 64:
-            self._words, i = self._bits.random_raw(64).tolist(), 0
+            i = 0
+            self.refill()
         self._i = i + 1
         return (self._words[i] >> 11) * (1.0 / 9007199254740992.0)
 
@@ -111,7 +180,8 @@ class Draws:
         if half is None:
             i = self._i
             if i == 64:
-                self._words, i = self._bits.random_raw(64).tolist(), 0
+                i = 0
+                self.refill()
             self._i = i + 1
             word = self._words[i]
             self._half, m = word >> 32, (word & 0xFFFFFFFF) * n
@@ -143,10 +213,9 @@ class Layout:
     cols: int
     floor: int  #: bitmask of floor cells
     cells: tuple[int, ...]
-    near: tuple  #: cell -> ((next floor cell, floor cell opposite it or -1), ...) in MOVES order; None off the floor
-    steps2: list  #: cell -> [(move index, next floor cell, the floor cell after it or -1)]; None off the floor
+    near: list  #: cell -> ((next floor cell, floor cell opposite it or -1), ...) in MOVES order; None off the floor
+    steps2: list  #: cell -> ((move index, next floor cell, the floor cell after it or -1), ...); None off the floor
     corners: int  #: bitmask of floor cells blocked vertically and horizontally
-    codes: tuple[int, ...]  #: WALL or EMPTY per cell, row-major
 
     def tables(self, targets: tuple[int, ...]) -> MoveTables:
         tmask = 0
@@ -161,36 +230,66 @@ class Layout:
 
 @lru_cache(maxsize=16384)
 def layout(rows: int, cols: int, floor: int) -> Layout:
-    """The tables of a floor bitmask whose floor is interior (border cells are walls), so a floor cell's neighbours
-    and the cells beyond them are inside the grid and on its row or column: no bounds checks are needed. The four
-    moves are written out (Up, Down, Left, Right as in MOVES): a new floor is met in about half of the generator's
-    tries, and this is most of their cost then."""
+    """The tables of a floor bitmask whose floor is interior (border cells are walls). A new floor is met in about
+    half of the generator's tries, so a cell's entries are not computed here: they depend only on the floor bits of
+    its 4 neighbours and of the 4 cells two steps away, and are looked up in the room shape's ``_cell_entries``."""
     size = rows * cols
-    cells = tuple(cell for cell in range(size) if floor >> cell & 1)
+    entries = _cell_entries(rows, cols)
     near: list = [None] * size
     steps2: list = [None] * size
+    cells = []
     corners = 0
-    for cell in cells:
-        up, down, left, right = cell - cols, cell + cols, cell - 1, cell + 1
-        fu, fd, fl, fr = floor >> up & 1, floor >> down & 1, floor >> left & 1, floor >> right & 1
-        near_cell, steps = [], []
-        if fu:
-            near_cell.append((up, down if fd else -1))
-            steps.append((0, up, up - cols if floor >> (up - cols) & 1 else -1))
-        if fd:
-            near_cell.append((down, up if fu else -1))
-            steps.append((1, down, down + cols if floor >> (down + cols) & 1 else -1))
-        if fl:
-            near_cell.append((left, right if fr else -1))
-            steps.append((2, left, left - 1 if floor >> (left - 1) & 1 else -1))
-        if fr:
-            near_cell.append((right, left if fl else -1))
-            steps.append((3, right, right + 1 if floor >> (right + 1) & 1 else -1))
-        near[cell], steps2[cell] = tuple(near_cell), steps
-        if not (fu and fd) and not (fl and fr):
-            corners |= 1 << cell
-    codes = tuple(EMPTY if floor >> cell & 1 else WALL for cell in range(size))
-    return Layout(rows, cols, floor, cells, tuple(near), steps2, corners, codes)
+    rest = floor
+    while rest:
+        low = rest & -rest
+        cell = low.bit_length() - 1
+        rest ^= low
+        window, table = entries[cell]
+        entry = table.get(floor & window)
+        if entry is None:
+            entry = table[floor & window] = _cell_entry(cell, cols, floor)
+        near[cell], steps2[cell], corner = entry
+        corners |= corner
+        cells.append(cell)
+    return Layout(rows, cols, floor, tuple(cells), near, steps2, corners)
+
+
+@lru_cache(maxsize=64)
+def _cell_entries(rows: int, cols: int) -> tuple:
+    """Per cell of a room shape: ``(window, {floor & window: (near, steps2, corner bit)})``, where the window masks
+    the cell's 4 neighbours and the 4 cells two steps away inside the interior (at most 256 entries per cell,
+    filled as floors are met; they never depend on a level)."""
+    out = []
+    for cell in range(rows * cols):
+        r, c = divmod(cell, cols)
+        window = 0
+        for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1), (-2, 0), (2, 0), (0, -2), (0, 2)):
+            if 1 <= r + dr <= rows - 2 and 1 <= c + dc <= cols - 2:
+                window |= 1 << ((r + dr) * cols + c + dc)
+        out.append((window, {}))
+    return tuple(out)
+
+
+def _cell_entry(cell: int, cols: int, floor: int) -> tuple:
+    """``(near, steps2, corner bit)`` of an interior floor cell (its neighbours and the cells beyond them are inside
+    the grid and on its row or column: no bounds checks). Moves in ``MOVES`` order: Up, Down, Left, Right."""
+    up, down, left, right = cell - cols, cell + cols, cell - 1, cell + 1
+    fu, fd, fl, fr = floor >> up & 1, floor >> down & 1, floor >> left & 1, floor >> right & 1
+    near_cell, steps = [], []
+    if fu:
+        near_cell.append((up, down if fd else -1))
+        steps.append((0, up, up - cols if floor >> (up - cols) & 1 else -1))
+    if fd:
+        near_cell.append((down, up if fu else -1))
+        steps.append((1, down, down + cols if floor >> (down + cols) & 1 else -1))
+    if fl:
+        near_cell.append((left, right if fr else -1))
+        steps.append((2, left, left - 1 if floor >> (left - 1) & 1 else -1))
+    if fr:
+        near_cell.append((right, left if fl else -1))
+        steps.append((3, right, right + 1 if floor >> (right + 1) & 1 else -1))
+    corner = 1 << cell if not (fu and fd) and not (fl and fr) else 0
+    return tuple(near_cell), tuple(steps), corner
 
 
 @lru_cache(maxsize=64)
@@ -217,21 +316,51 @@ def attempt_seed(seed: int, attempt: int) -> int:
 
 def topology(draws: Draws, rows: int, cols: int) -> int:
     """All walls, then a random walk of int(1.7 * (rows + cols)) steps carving floor with random 3x3 brushes; the
-    border stays wall. Returns the floor bitmask (bit ``r * cols + c``)."""
+    border stays wall. Returns the floor bitmask (bit ``r * cols + c``).
+
+    The walk's draws (a float per step, ``below(4)`` on a change of direction, ``below(5)`` for the brush) are
+    ``Draws.random``/``below`` written out on the raw words: they are most of a try's draws, and the calls were a
+    fifth of a level's time. Lemire's rejection never happens for 4 and only for a zero low half for 5."""
     masks = _brush_masks(rows, cols)
-    random, below = draws.random, draws.below
+    below = draws.below
     dr, dc = DIRECTIONS[below(4)]
     r, c = 1 + below(rows - 2), 1 + below(cols - 2)
     rmax, cmax = rows - 2, cols - 2
     floor = 0
+    words, i, half = draws._words, draws._i, draws._half
     for _ in range(int(1.7 * (rows + cols))):
-        if random() < P_CHANGE_DIRECTION:
-            dr, dc = DIRECTIONS[below(4)]
+        if i == 64:
+            words, i = draws.refill(), 0
+        if (words[i] >> 11) * 1.1102230246251565e-16 < P_CHANGE_DIRECTION:  # Draws.random
+            if half is None:  # Draws.below(4): m >> 32 of a 32-bit draw times 4
+                i += 1
+                if i == 64:
+                    words, i = draws.refill(), 0
+                word = words[i]
+                half, d = word >> 32, (word & 0xFFFFFFFF) >> 30
+            else:
+                half, d = None, half >> 30
+            dr, dc = DIRECTIONS[d]
+        i += 1
         r += dr
         r = 1 if r < 1 else rmax if r > rmax else r
         c += dc
         c = 1 if c < 1 else cmax if c > cmax else c
-        floor |= masks[r * cols + c][below(5)]
+        if half is None:  # Draws.below(5)
+            if i == 64:
+                words, i = draws.refill(), 0
+            word = words[i]
+            i += 1
+            half, m = word >> 32, (word & 0xFFFFFFFF) * 5
+        else:
+            half, m = None, half * 5
+        if not m & 0xFFFFFFFF:  # rejected (threshold (2**32 - 5) % 5 = 1): the slow path redraws
+            draws._i, draws._half = i, half
+            while not m & 0xFFFFFFFF:
+                m = draws._next32() * 5
+            words, i, half = draws._words, draws._i, draws._half
+        floor |= masks[r * cols + c][m >> 32]
+    draws._i, draws._half = i, half
     return floor & masks[0]
 
 
@@ -402,7 +531,9 @@ def verify(lay: Layout, targets: tuple[int, ...], player: int, boxes: tuple[int,
 
 def room_of(lay: Layout, targets: tuple[int, ...], boxes, player: int) -> tuple[tuple[int, ...], ...]:
     """Codes 0..6 of a level: walls, floor and targets, with the boxes and (unless -1) the player placed."""
-    codes = list(lay.codes)
+    codes = [WALL] * (lay.rows * lay.cols)
+    for cell in lay.cells:
+        codes[cell] = EMPTY
     for t in targets:
         codes[t] = TARGET
     for b in boxes:
