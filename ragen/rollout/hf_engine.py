@@ -60,7 +60,8 @@ class _LogprobRecorder:
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
         n = sequences.shape[1] - self.prompt_len
         if len(self.values) < n and self.prev is not None:
-            self.values.append(self.prev.gather(1, sequences[:, self.prompt_len + len(self.values)][:, None]).squeeze(1))
+            last = sequences[:, self.prompt_len + len(self.values)][:, None].to(self.prev.device)  # sequences come back on the CPU
+            self.values.append(self.prev.gather(1, last).squeeze(1))
         if n <= 0:
             return torch.zeros(sequences.shape[0], 0)
         return torch.stack(self.values[:n], dim=1).cpu()
