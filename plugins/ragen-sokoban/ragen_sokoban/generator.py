@@ -29,6 +29,7 @@ from ragen_sokoban.solver import (
     MoveTables,
     SearchLimit,
     search_moves,
+    search_one_box,
     solve,
 )
 
@@ -45,6 +46,7 @@ P_CHANGE_DIRECTION = 0.35
 TOPOLOGY_TRIES = 4
 MAX_ATTEMPTS = 1000
 REVERSE_STATE_LIMIT = 300_000
+UNREACHABLE = 1 << 20  #: pull distance of a cell no pull reaches
 
 
 class GenerationError(RuntimeError):
@@ -372,8 +374,8 @@ def reverse_play(lay: Layout, targets: tuple[int, ...], player: int, search_dept
     ``(score, boxes, player)`` by ``box_swaps * sum(manhattan(box_i, target_i))`` (first found on ties; score 0 =
     nothing found). RAGEN scores a state 0 while a box stands on a target, so no level starts with one;
     ``allow_box_on_target`` lifts that rule."""
-    if len(targets) == 1 and len(lay.cells) ** 2 < REVERSE_STATE_LIMIT and lay.rows * lay.cols <= 256:
-        return _reverse_play_one(lay, targets[0], player, search_depth - 2)
+    if len(targets) == 1 and _one_box_loop_fits(lay):
+        return _reverse_play_one(lay, targets[0], player, search_depth - 2, pulls(lay, targets[0])[1])
     near, on_target = lay.near, frozenset(targets).isdisjoint
     dist = [_distances(lay.rows, lay.cols, t) for t in targets]
     best = (0, targets, player)
@@ -401,14 +403,19 @@ def reverse_play(lay: Layout, targets: tuple[int, ...], player: int, search_dept
     return best
 
 
-def _reverse_play_one(lay: Layout, target: int, player: int, max_depth: int) -> tuple[int, tuple[int, ...], int]:
+def _one_box_loop_fits(lay: Layout) -> bool:
+    """Whether ``_reverse_play_one``'s int states (8 bits per cell) and its unbounded visited set fit this floor."""
+    return len(lay.cells) ** 2 < REVERSE_STATE_LIMIT and lay.rows * lay.cols <= 256
+
+
+def _reverse_play_one(lay: Layout, target: int, player: int, max_depth: int,
+                      top: int) -> tuple[int, tuple[int, ...], int]:
     """``reverse_play`` for one box, same visiting order and result: after its first pull the box is the only one
     ever pulled, so box_swaps is 1 and the score is the box's distance from the target (0 on it, whatever the
     on-target rule). States are ints ``box << 8 | player``; a state already visited is not pushed again (it would
-    be skipped when popped), and the search stops once the box reaches ``_pull_bound`` (nothing can score more and
-    ties keep the first): in about 9 levels out of 10 it does, on average halfway through the search."""
+    be skipped when popped), and the search stops once the box reaches ``top`` (``pulls``: nothing can score more
+    and ties keep the first): in about 9 levels out of 10 it does, on average halfway through the search."""
     near, dist = lay.near, _distances(lay.rows, lay.cols, target)
-    top = _pull_bound(lay, target, dist)
     best, best_key = 0, target << 8 | player
     seen = set()
     stack = [best_key]  # entries: depth << 16 | box << 8 | player
@@ -440,17 +447,26 @@ def _reverse_play_one(lay: Layout, target: int, player: int, max_depth: int) -> 
     return best, (best_key >> 8,), best_key & 255
 
 
-def _pull_bound(lay: Layout, target: int, dist: list[int]) -> int:
-    """The largest distance from ``target`` of a cell the box could be pulled to if the player could stand anywhere:
-    a pull moves the box from b to b + d with the player going from b + d to b + 2d, so both must be floor."""
-    seen, stack, top = {target}, [target], 0
-    while stack:
-        for _, n1, n2 in lay.steps2[stack.pop()]:
-            if n2 >= 0 and n1 not in seen:
-                seen.add(n1)
-                stack.append(n1)
-                top = max(top, dist[n1])
-    return top
+def pulls(lay: Layout, target: int) -> tuple[list[int], int]:
+    """``(pull distance per cell, top)`` for a box on ``target`` if the player could stand anywhere: a pull moves
+    the box from b to b + d with the player going from b + d to b + 2d, so both must be floor. The pull distance
+    (``UNREACHABLE`` where no pull leads) is a lower bound on the pushes from a cell to the target that changes by at
+    most 1 per push (a bound for the move BFS); ``top`` is the largest manhattan distance from the target among the
+    cells reached (no reverse play can score more)."""
+    dist = _distances(lay.rows, lay.cols, target)
+    steps2 = lay.steps2
+    far = [UNREACHABLE] * (lay.rows * lay.cols)
+    far[target] = 0
+    queue, top = [target], 0
+    for cell in queue:  # BFS: the list grows while it is read
+        d = far[cell] + 1
+        for _, n1, n2 in steps2[cell]:
+            if n2 >= 0 and far[n1] == UNREACHABLE:
+                far[n1] = d
+                queue.append(n1)
+                if dist[n1] > top:
+                    top = dist[n1]
+    return far, top
 
 
 @lru_cache(maxsize=4096)
@@ -481,6 +497,14 @@ def generate(seed: int, rows: int = 6, cols: int = 6, num_boxes: int = 1, search
              max_moves: int | None = None, player_displacement: bool = True, allow_box_on_target: bool = False) -> Level:
     """A BFS-verified level for ``seed``: the first candidate (``candidates``) with a solution of at most
     ``max_moves`` moves (None: any solution) and at least ``min_pushes`` optimal pushes."""
+    if num_boxes == 1 and max_moves is not None and rows * cols <= 256:
+        level = _generate_one_box(seed, rows, cols, search_depth, min_pushes, max_moves, player_displacement)
+        if level is not None:
+            return level
+        raise GenerationError(
+            f"no {rows}x{cols} level with 1 box, min_pushes={min_pushes}, max_moves={max_moves} "
+            f"after {MAX_ATTEMPTS} attempts for seed {seed}"
+        )
     for attempt, lay, targets, player, boxes in _candidates(seed, rows, cols, num_boxes, search_depth,
                                                             player_displacement, allow_box_on_target):
         level = verify(lay, targets, player, boxes, min_pushes, max_moves, attempt)
@@ -490,6 +514,39 @@ def generate(seed: int, rows: int = 6, cols: int = 6, num_boxes: int = 1, search
         f"no {rows}x{cols} level with {num_boxes} box(es), min_pushes={min_pushes}, max_moves={max_moves} "
         f"after {MAX_ATTEMPTS} attempts for seed {seed}"
     )
+
+
+def _generate_one_box(seed: int, rows: int, cols: int, search_depth: int, min_pushes: int, max_moves: int,
+                      player_displacement: bool) -> Level | None:
+    """``generate`` for one box and a move budget (the ``sokoban`` variants): the same draws, candidates, checks and
+    level as ``_candidates`` + ``verify``, written as one loop without their per-try tuples and calls, and the move
+    BFS bounded by the pull distances that reverse play's ``top`` is computed from anyway (a tighter bound than
+    manhattan's: the same plan, fewer states). None when no attempt gives a level."""
+    for attempt in range(MAX_ATTEMPTS):
+        draws = Draws(attempt_seed(seed, attempt))
+        for _ in range(TOPOLOGY_TRIES):
+            lay = layout(rows, cols, topology(draws, rows, cols))
+            cells = lay.cells
+            if len(cells) < 2:
+                continue
+            picks = draws.sample(len(cells), 2)
+            target, player = cells[picks[0]], cells[picks[1]]
+            far, top = pulls(lay, target)  # rows * cols <= 256: _reverse_play_one fits (_one_box_loop_fits)
+            score, (box,), player = _reverse_play_one(lay, target, player, search_depth - 2, top)
+            if score == 0:
+                continue
+            if player_displacement:  # the score of one box is its manhattan displacement
+                player = displace_player(draws, lay, (box,), player, score)
+            try:
+                moves = search_one_box(lay.tables((target,)), player, box, max_moves, bound=far)
+            except SearchLimit:
+                continue
+            if moves is None:
+                continue
+            level = Level(room_of(lay, (target,), (box,), player), tuple(moves), attempt)
+            if min_pushes <= 1 or level.optimal_pushes() >= min_pushes:
+                return level
+    return None
 
 
 def candidates(seed: int, rows: int, cols: int, num_boxes: int, search_depth: int, player_displacement: bool = True,

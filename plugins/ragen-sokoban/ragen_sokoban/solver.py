@@ -190,7 +190,7 @@ def search_moves(tables: MoveTables, player: int, bm: int, max_moves: int | None
     if bm & dead:
         return None
     if max_moves is not None and not bm & (bm - 1) and not tmask & (tmask - 1):
-        return _search_one_box(tables, player, bm.bit_length() - 1, max_moves, limit)
+        return search_one_box(tables, player, bm.bit_length() - 1, max_moves, limit=limit)
     start = bm << shift | player
     pmask = (1 << shift) - 1
     parent: dict[int, tuple[int, int] | None] = {start: None}
@@ -224,15 +224,18 @@ def search_moves(tables: MoveTables, player: int, bm: int, max_moves: int | None
     return None
 
 
-def _search_one_box(tables: MoveTables, player: int, box: int, max_moves: int, limit: int) -> list[str] | None:
+def search_one_box(tables: MoveTables, player: int, box: int, max_moves: int, limit: int = STATE_LIMIT,
+                   bound: list[int] | None = None) -> list[str] | None:
     """``search_moves`` for one box, one target and a move budget: the same BFS (same order, same plan) that skips
-    states which cannot finish in time. A state needs at least ``d(box, target)`` pushes plus ``d(player, box) - 1``
-    walks (manhattan ``d``); that bound changes by at most 1 per move, so a skipped state's successors are skipped
-    too and every state kept is first reached from the same parent as in the full BFS."""
+    states which cannot finish in time. A state needs at least ``bound[box]`` pushes plus ``d(player, box) - 1``
+    walks (manhattan ``d``; ``bound`` defaults to the box's manhattan distance to the target, and any per-cell lower
+    bound on the pushes that changes by at most 1 per push will do, such as the generator's pull distances). That
+    bound changes by at most 1 per move, so a skipped state's successors are skipped too and every state kept is
+    first reached from the same parent as in the full BFS."""
     steps2, tmask, dead, shift, cols, size = tables
     dist = _manhattan(cols, size)
     target = tmask.bit_length() - 1
-    to_target = dist[target]
+    to_target = dist[target] if bound is None else bound
     pmask = (1 << shift) - 1
     start = box << shift | player
     parent: dict[int, tuple[int, int] | None] = {start: None}
