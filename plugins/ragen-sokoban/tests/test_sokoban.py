@@ -16,7 +16,17 @@ from ragen.prompt import system_prompt
 from ragen_sokoban.boxoban import load_levels
 import numpy as np
 
-from ragen_sokoban.generator import Draws, attempt_seed, candidates, generate
+from ragen_sokoban.generator import (
+    DIRECTIONS,
+    Draws,
+    _brush_masks,
+    _candidates,
+    attempt_seed,
+    candidates,
+    generate,
+    topology,
+    verify,
+)
 from ragen_sokoban.solver import Board, SearchLimit, solve, solve_moves
 
 BOXOBAN = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "boxoban"
@@ -224,7 +234,7 @@ def test_generator_is_deterministic_and_seeds_differ():
 
 def test_draws_replay_numpys_generator():
     """Draws gives the numbers numpy.random.default_rng(seed) would: interleaved floats, integers and samples."""
-    for seed in (0, 1, 7, 10_000, 2**40 + 3):
+    for seed in (0, 1, 7, 10_000, 2**32 - 1, 2**32, 2**40 + 3, 2**64 - 1, 2**70 + 3):  # our seeding < 2**64
         rng, draws = np.random.default_rng(seed), Draws(seed)
         for i in range(300):  # more than one batch of raw words, the 32-bit half carried across other draws
             n = (1, 2, 3, 4, 5, 16, 2**31 + 5)[i % 7]
@@ -233,6 +243,63 @@ def test_draws_replay_numpys_generator():
             if i % 5 == 0:
                 pop, k = 3 + i % 14, 1 + i % 3
                 assert draws.sample(pop, k) == rng.choice(pop, size=k, replace=False).tolist()
+
+
+class ScriptedDraws(Draws):
+    """Draws over a given list of raw words (then numpy's stream of seed 0), to reach Lemire's rare rejections."""
+
+    def __init__(self, words: list[int]) -> None:
+        super().__init__(0)
+        self._script = list(words)
+
+    def refill(self) -> list[int]:
+        if self._script:
+            self._words, self._script = (self._script + [0] * 64)[:64], self._script[64:]
+            return self._words
+        return super().refill()
+
+
+def reference_topology(draws: Draws, rows: int, cols: int) -> int:
+    """The random walk with Draws' own calls, as the generator wrote it before its draws were written out."""
+    masks = _brush_masks(rows, cols)
+    dr, dc = DIRECTIONS[draws.below(4)]
+    r, c = 1 + draws.below(rows - 2), 1 + draws.below(cols - 2)
+    floor = 0
+    for _ in range(int(1.7 * (rows + cols))):
+        if draws.random() < 0.35:
+            dr, dc = DIRECTIONS[draws.below(4)]
+        r, c = min(max(r + dr, 1), rows - 2), min(max(c + dc, 1), cols - 2)
+        floor |= masks[r * cols + c][draws.below(5)]
+    return floor & masks[0]
+
+
+def test_topology_draws_match_draws_calls():
+    """topology's written-out draws take the same numbers as Draws.random/below, then leave the stream where they
+    would: on seeds, and on scripted words with zero 32-bit halves (below(5) rejects those and draws again)."""
+    for rows, cols in ((6, 6), (8, 8), (7, 9)):
+        for seed in range(300):
+            a, b = Draws(seed), Draws(seed)
+            assert topology(a, rows, cols) == reference_topology(b, rows, cols), (rows, cols, seed)
+            assert [a.below(7), a.random(), a.below(3)] == [b.below(7), b.random(), b.below(3)]
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        words = rng.integers(0, 2**64, size=150, dtype=np.uint64).tolist()
+        for i in rng.integers(0, 150, size=12).tolist():  # zero halves: rejections, and small floats (turns)
+            words[i] &= (0xFFFFFFFF << 32, 0xFFFFFFFF, 0)[i % 3]
+        a, b = ScriptedDraws(words), ScriptedDraws(words)
+        assert topology(a, 6, 6) == reference_topology(b, 6, 6), trial
+        assert [a.below(5) for _ in range(5)] == [b.below(5) for _ in range(5)]
+
+
+def test_one_box_generation_is_the_general_pipeline():
+    """generate's one-box loop (pull-distance bound, no per-try tuples) returns what _candidates + verify do, for
+    other room shapes, budgets and min_pushes too."""
+    for rows, cols, budget, min_pushes, displace in ((6, 6, 10, 1, True), (7, 9, 12, 2, True), (6, 7, 6, 1, False)):
+        for seed in range(150):
+            want = next(level for attempt, lay, targets, player, boxes
+                        in _candidates(seed, rows, cols, 1, 300, displace, False)
+                        if (level := verify(lay, targets, player, boxes, min_pushes, budget, attempt)) is not None)
+            assert generate(seed, rows, cols, 1, 300, min_pushes, budget, displace) == want, (rows, cols, seed)
 
 
 PINNED = "1c1cdf278f45161f"  # computed with the generator of commit 1f1422d (RAGEN's distribution rules)
