@@ -2,21 +2,47 @@
 
 from __future__ import annotations
 
+import functools
+
 import click
 
-from ragen.components import make_env
+from ragen.components import make_component, make_env
 from ragen.episode import Episode
-from ragen.parsing import parse_response
 from ragen.prompt import format_reward, system_prompt, turn_text
+
+
+@functools.cache
+def _stdin():
+    """One stdin wrapper for the whole session: a fresh one per line read ahead and lost the lines piped after it."""
+    return click.get_text_stream("stdin")
 
 
 def _read(prompt: str) -> str | None:
     click.echo(prompt, nl=False)
-    line = click.get_text_stream("stdin").readline()
+    line = _stdin().readline()
     return None if line == "" else line.rstrip("\n")
 
 
-def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | None = None) -> None:
+def answer_of(line: str, parse, prefill: str) -> tuple[str | None, str]:
+    """The answer a typed line gives, and how it was read: through the parser (as the rollout calls it, on
+    ``prefill + response``) when it matches; a line that does not match and holds a tag counts as a broken format
+    (None, like a model's); any other line is taken as the actions themselves."""
+    parsed = parse(prefill + line)
+    if parsed.matched:
+        return parsed.answer, "parsed"
+    if "<" in line:
+        return None, "no match"
+    return line, "actions"
+
+
+def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | None = None, parser: str = "think-answer",
+                  parser_options: dict | None = None) -> None:
+    """Play ``episodes`` episodes of env ``name``; responses go through the registered parser ``parser``."""
+    from ragen.rollout.runner import _parser_thinks
+
+    parse = make_component("parser", parser, **(parser_options or {}))
+    thinks = _parser_thinks(parser, parser_options)
+    prefill = "<think>" if thinks else "<answer>"
     env = make_env(name, **(options or {}))
     try:
         for i in range(episodes):
@@ -24,19 +50,19 @@ def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | N
             ep.reset(seed=seed + i)
             click.echo(f"=== {name}, seed {seed + i} ({env.task_id}) ===")
             click.echo(system_prompt(env))
-            click.echo("(type actions like `A || B`, a full <think>…</think><answer>…</answer> response, or `q` to quit)")
+            example = "<think>…</think><answer>…</answer>" if thinks else "<answer>…</answer>"
+            click.echo(f"(parser {parser}: type actions like `A || B`, a response as the model writes it after the prefilled "
+                       f"{prefill!r} (e.g. {example}), or `q` to quit)")
             total = 0.0
             while not ep.done:
-                click.echo(turn_text(ep.turn + 1, ep.obs, ep.actions_left, env.config.max_tokens, warning=ep.no_action_last_turn and ep.turn > 0))
+                click.echo(turn_text(ep.turn + 1, ep.obs, ep.actions_left, env.config.max_tokens,
+                                     warning=ep.no_action_last_turn and ep.turn > 0, enable_think=thinks))
                 line = _read("> ")
                 if line is None or line.strip() in ("q", "quit", ":q"):
                     click.echo("bye")
                     return
-                if "<answer>" in line:
-                    parsed = parse_response(line)
-                    answer = parsed.answer if parsed.matched else None
-                else:
-                    answer = line
+                answer, how = answer_of(line, parse, prefill)
+                click.echo(f"{parser}: {how}" + (f" -> {answer!r}" if how == "parsed" else ""))
                 res = ep.step_turn(answer)
                 total += res.reward + res.penalty
                 info = {k: v for k, v in res.info.items() if isinstance(v, (bool, int, float, str))}

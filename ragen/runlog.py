@@ -69,11 +69,14 @@ def _lines_up_to(path: Path, step: int) -> list[str]:
 class RunWriter:
     """Writes the run folder; one instance per run, append-only so a resumed run continues its files."""
 
-    def __init__(self, run_dir: Path, config: dict, *, wandb: bool = False, wandb_project: str = "ragen", resume: bool = False):
+    def __init__(self, run_dir: Path, config: dict, *, wandb: bool = False, wandb_project: str = "ragen", resume: bool = False,
+                 info: dict | None = None):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        if not resume:  # a resumed run keeps the files of the run it continues (ragen/provenance.py)
+            (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+            if info is not None:
+                (self.dir / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
         self._wandb = None
         if wandb:
             import wandb as wandb_lib  # imported only when asked for

@@ -46,21 +46,40 @@ def cache_root() -> Path:
 
 def key_inputs(cfg: RunConfig) -> dict:
     """Everything the warm-started weights depend on (and nothing else: not the algorithm, not the RL settings)."""
+    from ragen.provenance import resolved_options
     from ragen.plugins import get_registry
 
     item = get_registry("env").get(cfg.env.name)
     warm = {k: v for k, v in to_dict(cfg.warmstart).items() if k not in ("mode", "cache")}
-    return {
+    out = {
         "cache_version": CACHE_VERSION,
         "env": cfg.env.name,
-        "env_options": cfg.env.options,
+        "env_options": resolved_options("env", cfg.env.name, cfg.env.options),  # a rerun from a run's config.yaml, which
+        # lists every option, finds the same entry as the run it copies
         "env_plugin": [item.dist, _version(item.dist)],
         "ragen": _version("ragen"),
         "model": to_dict(cfg.model),
         "warmstart": warm,
         "parser": cfg.rollout.parser,
+        "parser_options": resolved_options("parser", cfg.rollout.parser, cfg.rollout.parser_options),
         "max_model_len": cfg.rollout.max_model_len,
     }
+    if cfg.env.train or cfg.env.val:  # env lists (issue 14); the one-env form keeps its keys, so its cache entries
+        out["env_lists"] = _env_lists_key(cfg)
+    return out
+
+
+def _env_lists_key(cfg: RunConfig) -> dict:
+    """What env lists change in a warm start: the demos' envs and shares (the training plan) and the tokenizer
+    corpus of a built-in model (every train and val env)."""
+    from ragen.env_lists import env_names, train_plan
+    from ragen.plugins import get_registry
+
+    train = []
+    for p in train_plan(cfg):
+        dist = get_registry("env").get(p.name).dist
+        train.append([p.name, p.options, p.n_groups, p.parser, dist, _version(dist)])
+    return {"train": train, "corpus": env_names(cfg)}
 
 
 def cache_key(cfg: RunConfig) -> str:

@@ -9,12 +9,14 @@ An episode whose next turn would not fit ``max_model_len`` ends truncated with r
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
 import traceback
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import attrs
@@ -25,7 +27,8 @@ from ragen.parsing import Parsed, parse_response
 from ragen.prompt import reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
-from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec
+from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, _default_factory
+from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks, run_job as _run_job
 from ragen.rollout.trajectory import Trajectory, TurnRecord
 
 log = logging.getLogger("ragen.rollout")
@@ -117,6 +120,8 @@ def run_rollout(
     enable_think: bool = True,
     format_penalty: float = FORMAT_PENALTY,
     response_length: int = 0,
+    env_workers: int = 1,
+    overlap_chunks: int = 1,
 ) -> RolloutResult:
     """Play one episode per slot to the end; returns ``RolloutResult(trajectories, failed_envs, errors, metrics)``.
 
@@ -126,8 +131,11 @@ def run_rollout(
     default ``parse_response``. ``chat_format``: a prebuilt ``ChatFormat`` (saves the template study and prefix check
     per call); when absent one is built from ``tokenizer`` with ``enable_think`` (False for the 'answer' parser: the
     prefill is then ``<answer>``). ``split`` overrides the slots' split when given. ``compat='ragen'`` prints RAGEN's
-    system-prompt action count and raw reward sums.
+    system-prompt action count and raw reward sums. ``env_workers``: the env stepping pool (``stepping.EnvStepper``;
+    trajectories do not depend on it); ``overlap_chunks``: generate a round in that many chunks of whole groups,
+    stepping each chunk's envs while the next one generates (docs/async-rollout.md).
     """
+    stepper = EnvStepper(env_workers)
     fmt = chat_format or ChatFormat(tokenizer, enable_think=enable_think)
     tokenizer = fmt.tokenizer if tokenizer is None else tokenizer
     if parser is None:
@@ -189,27 +197,32 @@ def run_rollout(
         buckets: dict[int, list[_Running]] = defaultdict(list)
         for r in active:
             buckets[_cap(r.slot.env, response_length)].append(r)
-        results: list[tuple[_Running, Generation, int]] = []
+        results: list[tuple[_Running, Any]] = []  # (run, its turn: a job to run, or a Future already running)
         t0 = time.perf_counter()
         for length, members in sorted(buckets.items()):
-            params = sampling.derive(rnd, length, max_new_tokens=length)
-            prompts = [m.ctx.prompt() for m in members]
-            per_env = getattr(engine, "generate_for_envs", None)  # engines that answer from env state (expert demos)
-            gens = per_env([m.slot.env for m in members], prompts, params) if per_env else engine.generate(prompts, params)
-            if len(gens) != len(members):
-                raise RuntimeError(f"engine returned {len(gens)} generations for {len(members)} prompts")
-            results.extend((m, g, length) for m, g in zip(members, gens))
+            for c, chunk in enumerate(group_chunks(members, overlap_chunks)):
+                params = sampling.derive(rnd, length, max_new_tokens=length)
+                params = params.derive(c) if overlap_chunks > 1 else params
+                prompts = [m.ctx.prompt() for m in chunk]
+                per_env = getattr(engine, "generate_for_envs", None)  # engines that answer from env state (expert demos)
+                gens = per_env([m.slot.env for m in chunk], prompts, params) if per_env else engine.generate(prompts, params)
+                if len(gens) != len(chunk):
+                    raise RuntimeError(f"engine returned {len(gens)} generations for {len(chunk)} prompts")
+                for m, g in zip(chunk, gens):
+                    job = functools.partial(_apply, m, g, length, tokenizer, parser, fmt, eos_ids, max_model_len, compat)
+                    # with a pool, these envs step while the engine generates the next chunk (stepping.py)
+                    results.append((m, stepper.submit(m.slot.env, job) if stepper.workers > 1 else job))
         timing["generate_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
-        for run, gen, length in results:
-            try:
-                _apply(run, gen, length, tokenizer, parser, fmt, eos_ids, max_model_len, compat)
-            except Exception as exc:
+        for run, turn in results:  # slot order, whatever order the pool finished in
+            exc = turn.exception() if isinstance(turn, Future) else _run_job(turn)
+            if exc is not None:
                 fail(run.slot, f"turn {run.episode.turn}", exc)
                 failed.add(id(run))
                 run.done = True
         timing["env_s"] += time.perf_counter() - t0
         active = [r for r in active if not r.done]
+    stepper.close()
 
     trajectories = [r.traj for r in running if id(r) not in failed]
     result = RolloutResult(trajectories, failed_envs=len(errors), errors=errors)
@@ -348,7 +361,9 @@ class Rollout:
         self.compat = getattr(r, "compat", "") or None
         self.response_length = int(getattr(r, "response_length", 0) or 0)
         self.format_penalty = float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY))
-        self._factory = ({} if factory is None else {"factory": factory}) | {"shard": shard}
+        # envs declaring concurrency='process' are built in worker processes when env_workers > 1 (stepping.py)
+        self._pooled = PooledFactory(factory or _default_factory, int(getattr(r, "env_workers", 1) or 1))
+        self._factory = {"factory": self._pooled, "shard": shard}
         self.spec = GroupSpec(cfg.env.name, int(r.n_groups), dict(cfg.env.options))
         self.train_groups = EnvGroups([self.spec], group_size=int(r.group_size), **self._factory)
         self._val_groups: EnvGroups | None = None
@@ -366,6 +381,7 @@ class Rollout:
             self.engine, self.tokenizer, groups, sampling, parser=self.parser, max_model_len=int(r.max_model_len),
             policy_version=policy_version, compat=self.compat, step=step, chat_format=self.chat_format,
             format_penalty=self.format_penalty, response_length=self.response_length,
+            env_workers=int(getattr(r, "env_workers", 1) or 1), overlap_chunks=int(getattr(r, "overlap_chunks", 1) or 1),
         )
 
     def train_batch(self, step: int, policy_version: int = 0, seed: int | None = None) -> RolloutResult:
@@ -381,6 +397,7 @@ class Rollout:
         for groups in (self.train_groups, self._val_groups):
             if groups is not None:
                 groups.close()
+        self._pooled.close()
 
 
 def _parser_thinks(name: str) -> bool:

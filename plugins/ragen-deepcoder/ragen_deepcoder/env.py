@@ -136,6 +136,7 @@ class DeepCoderEnv(Env):
     config: DeepCoderConfig
     procedural = False  # data-backed: initial observations repeat once seeds wrap around the split
     action_separator = None  # the whole answer is one program; '||' in code is code
+    concurrency = "thread"  # a step waits on its own sandbox subprocess; the shared caches are locked
 
     def __init__(self, config: DeepCoderConfig | None = None, render_mode: str | None = "ansi"):
         super().__init__(config, render_mode)

@@ -171,6 +171,7 @@ class WebShopEnv(Env):
     config_cls = WebShopConfig
     name = "webshop"
     config: WebShopConfig
+    concurrency = "thread"  # a step waits on the shop server; each env has its own browser session and visit
 
     def __init__(self, config: WebShopConfig | None = None, render_mode: str | None = "ansi"):
         super().__init__(config, render_mode)
