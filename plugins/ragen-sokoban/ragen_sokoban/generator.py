@@ -309,6 +309,19 @@ def _brush_masks(rows: int, cols: int) -> tuple[tuple[int, ...], ...]:
     return tuple(masks)
 
 
+@lru_cache(maxsize=64)
+def _walk_steps(rows: int, cols: int) -> tuple[tuple[int, ...], ...]:
+    """Direction index (``DIRECTIONS``) -> interior cell -> the cell one step on, clamped to the interior."""
+    out = []
+    for dr, dc in DIRECTIONS:
+        step = [0] * (rows * cols)
+        for r in range(1, rows - 1):
+            for c in range(1, cols - 1):
+                step[r * cols + c] = min(max(r + dr, 1), rows - 2) * cols + min(max(c + dc, 1), cols - 2)
+        out.append(tuple(step))
+    return tuple(out)
+
+
 def attempt_seed(seed: int, attempt: int) -> int:
     """Attempt 0 is the seed; later ones are the first 8 bytes of SHA-256("sokoban:{seed}:{attempt}")."""
     if attempt == 0:
@@ -323,11 +336,10 @@ def topology(draws: Draws, rows: int, cols: int) -> int:
     The walk's draws (a float per step, ``below(4)`` on a change of direction, ``below(5)`` for the brush) are
     ``Draws.random``/``below`` written out on the raw words: they are most of a try's draws, and the calls were a
     fifth of a level's time. Lemire's rejection never happens for 4 and only for a zero low half for 5."""
-    masks = _brush_masks(rows, cols)
+    masks, walk = _brush_masks(rows, cols), _walk_steps(rows, cols)
     below = draws.below
-    dr, dc = DIRECTIONS[below(4)]
-    r, c = 1 + below(rows - 2), 1 + below(cols - 2)
-    rmax, cmax = rows - 2, cols - 2
+    step = walk[below(4)]
+    pos = (1 + below(rows - 2)) * cols + 1 + below(cols - 2)
     floor = 0
     words, i, half = draws._words, draws._i, draws._half
     for _ in range(int(1.7 * (rows + cols))):
@@ -342,12 +354,9 @@ def topology(draws: Draws, rows: int, cols: int) -> int:
                 half, d = word >> 32, (word & 0xFFFFFFFF) >> 30
             else:
                 half, d = None, half >> 30
-            dr, dc = DIRECTIONS[d]
+            step = walk[d]
         i += 1
-        r += dr
-        r = 1 if r < 1 else rmax if r > rmax else r
-        c += dc
-        c = 1 if c < 1 else cmax if c > cmax else c
+        pos = step[pos]
         if half is None:  # Draws.below(5)
             if i == 64:
                 words, i = draws.refill(), 0
@@ -361,7 +370,7 @@ def topology(draws: Draws, rows: int, cols: int) -> int:
             while not m & 0xFFFFFFFF:
                 m = draws._next32() * 5
             words, i, half = draws._words, draws._i, draws._half
-        floor |= masks[r * cols + c][m >> 32]
+        floor |= masks[pos][m >> 32]
     draws._i, draws._half = i, half
     return floor & masks[0]
 
