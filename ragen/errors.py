@@ -54,6 +54,11 @@ class RemoteEnvError(EnvError, RuntimeError):
     is dropped and counted like any env failure."""
 
 
+class Interrupted(RagenError):
+    """The user pressed Ctrl-C once: the step (or SFT update) finished, a checkpoint was written; the message says how
+    to resume. The CLI prints it without ``Error:`` and exits 130, as for any interrupted command."""
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """Return ``"; did you mean 'x'?"`` for the closest known name, or a list of known names, or ``""``."""
     known = sorted(known)

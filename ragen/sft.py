@@ -93,8 +93,11 @@ def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes:
 
 
 def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_batch_size: int, seed: int,
-        chunk: int = 256, device: torch.device | None = None, progress: bool = False) -> dict:
-    """Cross-entropy on the sampled (mask-1) tokens of ``trajectories``, one DeepSpeed step per mini-batch."""
+        chunk: int = 256, device: torch.device | None = None, progress: bool = False, stop=None) -> dict:
+    """Cross-entropy on the sampled (mask-1) tokens of ``trajectories``, one DeepSpeed step per mini-batch.
+
+    ``stop()`` True (a first Ctrl-C, ragen/interrupt.py) ends training after the current update; the metrics then
+    carry ``sft/interrupted`` 1.0."""
     module = engine.module
     batch = collate(trajectories, tokenizer.pad_token_id, [0.0] * len(trajectories))
     if device is not None:
@@ -104,8 +107,12 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
     module.train()
     n_minis = max(1, round(len(batch) / batch_size)) if len(batch) else 0
     bar = progress_bar(epochs * n_minis, 0, progress, desc="warm start", unit="update")
+    interrupted = False
     for _ in range(epochs):
         for mini in mini_batches(len(batch), batch_size, gen):
+            if stop is not None and stop():
+                interrupted = True
+                break
             micros = [batch.rows(r) for r in micro_batches(mini, micro_batch_size)]
             norm = AggNorm.of([m.loss_mask for m in micros])
             total = 0.0
@@ -120,9 +127,11 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
             losses.append(total)
             bar.update(1)
             bar.set_postfix(loss=f"{total:.3f}")
+        if interrupted:
+            break
     bar.close()
     return {"sft/loss_first": losses[0] if losses else 0.0, "sft/loss_last": losses[-1] if losses else 0.0,
-            "sft/updates": len(losses)}
+            "sft/updates": len(losses), **({"sft/interrupted": 1.0} if interrupted else {})}
 
 
 class TorchOptimizer:
@@ -154,12 +163,12 @@ class TorchOptimizer:
             self.schedule.step()
 
 
-def warm_start_model(cfg, out, model_name: str | None = None) -> dict:
+def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict:
     """Fine-tune ``cfg.model`` on ``cfg.warmstart.episodes`` expert demos of ``cfg.env`` and save it in ``out``.
 
     The model is built (or loaded) exactly as a run builds it, trained in float32, and saved as a plain Hugging Face
     folder with its tokenizer; returns the ``sft/*`` metrics. ``model_name`` replaces ``cfg.model.name`` (a folder the
-    caller already built).
+    caller already built). ``stop``: see ``sft`` (the model so far is saved all the same).
     """
     from ragen.distributed import pick_device, set_threads
     from ragen.models import load_model_and_tokenizer
@@ -181,7 +190,7 @@ def warm_start_model(cfg, out, model_name: str | None = None) -> dict:
                              total_steps=updates)
         metrics = sft(opt, tokenizer, demos.trajectories, epochs=w.epochs, batch_size=w.batch_size,
                       micro_batch_size=cfg.trainer.micro_batch_size, seed=w.seed, chunk=cfg.trainer.logprob_chunk,
-                      device=device, progress=cfg.logging.progress)
+                      device=device, progress=cfg.logging.progress, stop=stop)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     shutil.rmtree(out / "model-source", ignore_errors=True)

@@ -9,6 +9,7 @@ preset (estimator, filter, shapers, loss settings, critic or not) and the action
 from __future__ import annotations
 
 import random
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -18,14 +19,14 @@ import numpy as np
 import torch
 
 from ragen import config as config_mod
-from ragen import provenance
 from ragen.algorithm import AdvantageInput, AlgorithmPreset, FilterInput, ShapeInput
-from ragen.batch import Batch, collate, micro_batches, model_attention, split_rows, token_micro_batches
+from ragen.batch import Batch, collate, micro_batches, split_rows, token_micro_batches
 from ragen.components import component_config, make_component, make_env
 from ragen.config import RunConfig
 from ragen import distributed as dp
 from ragen.distributed import init_distributed, make_engine, pick_device, step_with_grad_norm, user_deepspeed_config
-from ragen.errors import ConfigError, RagenError
+from ragen import interrupt
+from ragen.errors import ConfigError, Interrupted, RagenError
 from ragen.early_stop import EarlyStopper
 from ragen.losses import aggregate, global_norm, kl_penalty, policy_loss, sampled_logprobs, tis_weights, value_loss
 from ragen.rollout.engine import old_logprobs_reusable
@@ -108,7 +109,7 @@ class Trainer:
                          (self.preset.filter, self.preset.filter_options)) if name]
         self.shapers = [make_component("shaper", name, **self.preset.shaper_options.get(name, {}))
                         for name in self.preset.shapers]
-        self.parser = make_component("parser", cfg.rollout.parser, **cfg.rollout.parser_options)
+        self.parser = make_component("parser", cfg.rollout.parser)
         if self.preset.use_critic is False and self.preset.estimator == "gae":
             raise ConfigError("algo.options.use_critic: the gae estimator needs a critic")
 
@@ -152,7 +153,7 @@ class Trainer:
             from ragen.rollout.runner import _parser_thinks
             from ragen.sft import ExpertEngine
 
-            fmt = ChatFormat(self.tokenizer, enable_think=_parser_thinks(cfg.rollout.parser, cfg.rollout.parser_options))
+            fmt = ChatFormat(self.tokenizer, enable_think=_parser_thinks(cfg.rollout.parser))
             self.engine = ExpertEngine(self.tokenizer, fmt.eos_id, fmt.enable_think, noise=cfg.warmstart.noise, seed=cfg.trainer.seed)
         else:
             from ragen.rollout.vllm_engine import make_rollout_engine
@@ -166,9 +167,8 @@ class Trainer:
         self.step_idx = 0
         self.interrupted, self.saved_step = False, None  # Ctrl-C asked to stop (ragen/interrupt.py); last checkpoint
         self.skipped_in_a_row, self.fatal = 0, None  # consecutive skipped updates; the error that ends the run
-        self.writer = NullWriter() if not dp.is_main() else RunWriter(
-            self.run_dir, provenance.resolved_config(cfg), wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project,
-            resume=resume, info=None if resume else provenance.run_info(cfg, self.device))
+        self.writer = NullWriter() if not dp.is_main() else RunWriter(self.run_dir, config_mod.to_dict(cfg), wandb=cfg.logging.wandb,
+                                wandb_project=cfg.logging.wandb_project, resume=resume)
         self._rollout = self._make_rollout()
 
     def _make_collapse(self):
@@ -176,10 +176,7 @@ class Trainer:
         from ragen.collapse import CollapseDiagnostics
         from ragen.rollout.runner import _parser_thinks
 
-        if not self.cfg.collapse.enabled or not _parser_thinks(self.cfg.rollout.parser, self.cfg.rollout.parser_options):
-            return None
-        if self.cfg.rollout.max_context_window:
-            log.info("collapse_disabled", reason="rollout.max_context_window packs per-turn prompts")
+        if not self.cfg.collapse.enabled or not _parser_thinks(self.cfg.rollout.parser):
             return None
         return CollapseDiagnostics(self.cfg.collapse, self.tokenizer, self.cfg.trainer.seed)
 
@@ -574,8 +571,21 @@ class Trainer:
         self.actor.save_checkpoint(str(ckpt / "actor"), tag=tag, client_state=state)
         if self.critic is not None:
             self.critic.save_checkpoint(str(ckpt / "critic"), tag=tag)
+        self.saved_step = self.step_idx
+        self._prune_checkpoints(ckpt)
         log.info("checkpoint_saved", step=self.step_idx, path=str(ckpt))
         return ckpt
+
+    def _prune_checkpoints(self, ckpt: Path) -> None:
+        """Delete all but the newest ``trainer.keep_checkpoints`` tags (DeepSpeed's ``latest`` names the newest)."""
+        keep = self.cfg.trainer.keep_checkpoints
+        if not keep or not dp.is_main():
+            return
+        for sub in ("actor", "critic"):
+            tags = sorted((p for p in (ckpt / sub).glob("step*") if p.is_dir() and p.name[4:].isdigit()),
+                          key=lambda p: int(p.name[4:]))
+            for old in tags[:-keep]:
+                shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self) -> int:
         ckpt = self.run_dir / CHECKPOINTS
@@ -693,6 +703,9 @@ def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool | N
             trainer.early_stop.after_validation(val)
             trainer.writer.metrics(0, val)
         _loop(trainer)
+        if trainer.interrupted:  # checkpointed, not exported: the run is unfinished
+            raise Interrupted(f"interrupted after step {trainer.step_idx}; checkpoint saved, continue with "
+                              f"`ragen run --resume {run_dir}`")
         final = trainer.export()
         if trainer.fatal:  # checkpointed and exported: now the one-line error and a non-zero exit
             raise RagenError(trainer.fatal)
@@ -726,6 +739,9 @@ def _loop(trainer: Trainer) -> None:
     bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress and dp.is_main())
     try:
         while trainer.step_idx < cfg.steps:
+            if dp.all_reduce_sum([float(interrupt.requested())])[0]:  # every rank stops after the same step
+                trainer.interrupted = True
+                break
             res = trainer.step()
             step = trainer.step_idx
             out_of_time = bool(cfg.max_steps_wall_s) and time.perf_counter() - t_start > cfg.max_steps_wall_s
@@ -751,6 +767,7 @@ def _loop(trainer: Trainer) -> None:
                 break
             if cfg.save_freq and step % cfg.save_freq == 0 and step < cfg.steps:
                 trainer.save_checkpoint()
-        trainer.save_checkpoint()
+        if trainer.saved_step != trainer.step_idx:
+            trainer.save_checkpoint()
     finally:
         bar.close()

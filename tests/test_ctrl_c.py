@@ -1,0 +1,92 @@
+"""Ctrl-C is safe (issue 18): the first SIGINT finishes the current step (or SFT update), checkpoints and exits with
+a line saying how to go on; a second SIGINT stops at once. The tests send SIGINT to a real `ragen` subprocess."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, ragen_cmd
+
+pytestmark = pytest.mark.slow
+
+SMALL_RUN = [*TINY, "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=24",
+             "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4", "trainer.save_freq=100", "logging.progress=false"]
+
+
+def start(args: list[str], cwd: Path, stderr_file: Path) -> subprocess.Popen:
+    return subprocess.Popen(ragen_cmd(*args), cwd=cwd, stdout=subprocess.PIPE, stderr=open(stderr_file, "w"), text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def wait_for(condition, proc: subprocess.Popen, timeout: float = 400) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, "the command ended before the interrupt"
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.2)
+
+
+def metric_steps(run: Path) -> list[int]:
+    path = run / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def test_ctrl_c_during_step_2_checkpoints_step_2_and_the_run_resumes(tmp_path):
+    run = tmp_path / "r"
+    err = tmp_path / "stderr.txt"
+    proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=4",
+                  f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err)
+    wait_for(lambda: 1 in metric_steps(run), proc)  # step 1 written: step 2 is running
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, err.read_text()[-3000:]
+    stderr = err.read_text()
+    assert "interrupt: finishing the current training step" in stderr
+    done = int(re.search(r"interrupted after step (\d+); checkpoint saved, continue with `ragen run --resume (\S+)`", stderr)[1])
+    assert done >= 2 and (run / "checkpoints" / "actor" / f"step{done}").is_dir()
+    assert not (run / "final").exists()  # unfinished: not exported
+    assert "Traceback" not in stderr
+    res = subprocess.run(ragen_cmd("run", "--resume", str(run)), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "run_resumed" in res.stderr and f"step={done}" in res.stderr
+    assert (run / "final" / "config.json").is_file() and metric_steps(run)[-1] == 4
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    err = tmp_path / "stderr.txt"
+    proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=50",
+                  f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err)
+    wait_for(lambda: 1 in metric_steps(tmp_path / "r"), proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    assert proc.wait(timeout=60) == 1
+    assert time.monotonic() - t0 < 30
+    assert err.read_text().rstrip().endswith("Aborted.")  # click's words for a KeyboardInterrupt
+    assert not (tmp_path / "r" / "checkpoints").exists()  # it did not wait for the step to end
+
+
+def test_ctrl_c_during_sft_saves_the_model_so_far(tmp_path):
+    out = tmp_path / "sft"
+    err = tmp_path / "stderr.txt"
+    proc = start(["sft", "--env", "frozenlake", "--model", "tiny", "--out", str(out), "warmstart.episodes=16",
+                  "warmstart.epochs=400", "warmstart.batch_size=8", "logging.progress=true"], tmp_path, err)
+    # the warm-start progress bar shows its first update: SFT is training
+    wait_for(lambda: re.search(r"warm start:.*\|\s*[1-9]\d*/\d+", err.read_text()), proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130, err.read_text()[-3000:]
+    stderr = err.read_text()
+    m = re.search(r"interrupted after (\d+) SFT updates; the model so far is in (\S+);", stderr)
+    assert m and int(m[1]) >= 1 and Path(m[2]) == out / "final"
+    assert (out / "final" / "config.json").is_file()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["sft/interrupted"] == 1.0 and metrics["sft/updates"] < 400 * 2
+    from ragen.models import load_model_and_tokenizer
+
+    load_model_and_tokenizer(str(out / "final"), tmp_path / "w", ["frozenlake"], dtype="float32", device="cpu")
