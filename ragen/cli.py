@@ -219,16 +219,35 @@ def check_env_cmd(name: str, seeds: int, expert_episodes: int, options: tuple[st
     click.echo(f"{name}: all {len(checks)} checks passed")
 
 
+def _parser_options(command):
+    """``--parser NAME`` and ``--parser-option KEY=VALUE`` (repeatable), as ``ragen run`` has them in the config."""
+    command = click.option("--parser-option", "parser_options", multiple=True, metavar="KEY=VALUE",
+                           help="Option of the parser (its config field), e.g. enable_think=false.")(command)
+    return click.option("--parser", "parser_name", default="think-answer", show_default=True,
+                        help="Registered action parser that reads the responses (see `ragen plugins`).")(command)
+
+
+def _checked_parser(name: str, items: tuple[str, ...]) -> dict:
+    """The parser's options, with the parser built once so a wrong name or option fails before anything loads."""
+    from ragen.components import make_component
+
+    options = _options(items)
+    make_component("parser", name, **options)
+    return options
+
+
 @cli.command()
 @click.argument("name")
 @click.option("--seed", default=0, show_default=True, help="Episode seed.")
 @click.option("--episodes", default=1, show_default=True, help="Episodes to play.")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
-def play(name: str, seed: int, episodes: int, options: tuple[str, ...]) -> None:
+@_parser_options
+def play(name: str, seed: int, episodes: int, options: tuple[str, ...], parser_name: str, parser_options) -> None:
     """Play env NAME in the terminal: type actions (e.g. `Up || Left`) or a full <answer>…</answer> response."""
     from ragen.play import play_episodes
 
-    play_episodes(name, seed=seed, episodes=episodes, options=_options(options))
+    parser_opts = _checked_parser(parser_name, parser_options)
+    play_episodes(name, seed=seed, episodes=episodes, options=_options(options), parser=parser_name, parser_options=parser_opts)
 
 
 @cli.command("serve-env")
@@ -284,22 +303,29 @@ def _run_config(config_path, overrides, **named):
     from ragen.config import load_config
     from ragen.plugins import get_registry
 
-    keys = {"env_name": "env.name", "algo_name": "algo.name", "model_name": "model.name"}
+    keys = {"env_name": "env.name", "algo_name": "algo.name", "model_name": "model.name", "parser_name": "rollout.parser"}
     filter_name = named.pop("filter_name", None)
     extra = [f"{keys[k]}={v}" for k, v in named.items() if v]
+    if named.get("env_name"):  # --env NAME trains on that one env, also over a config that lists env.train
+        extra.append("env.train=[]")
     cfg = load_config(config_path, [*overrides, *extra])
     from ragen.models import check_model_name
 
     check_model_name(cfg.model.name)  # a missing local path fails now, not after minutes as a hub id
-    get_registry("env").get(cfg.env.name)  # unknown names fail here, with a did-you-mean
+    from ragen.env_lists import check_plan
+
+    check_plan(cfg)  # unknown env names fail here, with a did-you-mean; every listed env's options are checked
     get_registry("algorithm").get(cfg.algo.name)
-    if filter_name:  # --filter replaces the preset's filter and its options
+    if filter_name:  # --filter replaces the preset's filter; options the user gave (algo.options.filter_options.*) stay
         import attrs
 
         get_registry("filter").get(filter_name)
-        options = {**cfg.algo.options, "filter": filter_name, "filter_options": {}}
+        options = {**cfg.algo.options, "filter": filter_name, "filter_options": cfg.algo.options.get("filter_options") or {}}
         cfg = attrs.evolve(cfg, algo=attrs.evolve(cfg.algo, options=options))
-    if not named.get("env_name") and config_path is None and not any(o.startswith("env.name=") for o in overrides):
+    from ragen.provenance import resolved_config
+
+    resolved_config(cfg)  # every component's options checked now (a misspelt one named), not after the warm start
+    if not named.get("env_name") and config_path is None and not any(o.startswith(("env.name=", "env.train=")) for o in overrides):
         click.echo(f"env: {cfg.env.name} (the default; --env NAME picks another)", err=True)
     return cfg
 
@@ -313,8 +339,11 @@ _model_option = click.option("--model", "model_name", help="tiny, smollm2, a Hug
 @_config_option
 @_env_option
 @click.option("--algo", "algo_name", help="Algorithm preset (algo.name): grpo, ppo, starpo-s, ... (see `ragen algos`).")
-@click.option("--filter", "filter_name", help="Rollout filter replacing the preset's: top-p, v2-main, v2-recommended, ...")
+@click.option("--filter", "filter_name", help="Rollout filter replacing the preset's: top-p, v2-main, v2-recommended, ...; "
+                                              "its options: algo.options.filter_options.KEY=VALUE.")
 @_model_option
+@click.option("--parser", "parser_name", help="Registered action parser (rollout.parser); its options: "
+                                              "rollout.parser_options.KEY=VALUE.")
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), help="Continue the run in this folder.")
 @click.option("--warmstart/--no-warmstart", default=None,
               help="Fine-tune on expert demonstrations before RL, or never (default: warmstart.mode, 'auto' = only a "
@@ -323,21 +352,26 @@ _model_option = click.option("--model", "model_name", help="tiny, smollm2, a Hug
               help="Data-parallel processes on this machine (launched through torchrun).")
 @click.option("--local_rank", "--local-rank", "local_rank", type=int, hidden=True, help="Set by the deepspeed launcher.")
 @click.argument("overrides", nargs=-1)
-def run(config_path, env_name, algo_name, filter_name, model_name, resume, warmstart, nproc, local_rank, overrides) -> None:
+def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, resume, warmstart, nproc, local_rank,
+        overrides) -> None:
     """Train a policy with StarPO. OVERRIDES are section.key=value pairs, e.g. trainer.steps=5."""
     if local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(local_rank))
     if nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) <= 1:  # not yet a rank of a launched group
         _launch(nproc)
 
-    if resume is not None and (config_path or env_name or algo_name or filter_name or model_name or overrides
-                               or warmstart is not None):
+    if resume is not None and (config_path or env_name or algo_name or filter_name or model_name or parser_name
+                               or overrides or warmstart is not None):
         raise click.UsageError("--resume takes the run folder's own config; give no other options")
     cfg = None if resume is not None else _run_config(config_path, overrides, env_name=env_name, algo_name=algo_name,
-                                                       model_name=model_name, filter_name=filter_name)
+                                                       model_name=model_name, filter_name=filter_name,
+                                                       parser_name=parser_name)
     from ragen.trainer import train  # torch: after the config is checked, so bad input fails in a second
 
     from ragen.interrupt import GracefulInterrupt
+
+    with GracefulInterrupt("the current training step"):  # a first Ctrl-C: finish the step, checkpoint, exit
+        from ragen.interrupt import GracefulInterrupt
 
     with GracefulInterrupt("the current training step"):  # a first Ctrl-C: finish the step, checkpoint, exit
         run_dir = train(cfg, resume=resume, warmstart=warmstart)
@@ -371,9 +405,11 @@ def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
 @click.option("--temperature", default=0.5, show_default=True, help="Sampling temperature (RAGEN validation: 0.5).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write trajectories.jsonl and metrics.json (default: a new runs/eval-ENV-TIME folder per call).")
-@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
-def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options) -> None:
-    """Evaluate a model on an env's fixed validation seeds."""
+@click.option("--option", "-o", "options", multiple=True, metavar="[ENV:]KEY=VALUE",
+              help="Env config override; 'ENV:' limits it to one of several envs.")
+@_parser_options
+def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, parser_name, parser_options) -> None:
+    """Evaluate a model on the fixed validation seeds of one env or several."""
     from ragen.models import check_model_name
     from ragen.plugins import get_registry
 
@@ -381,12 +417,23 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options) -> No
     if env_name is None:
         env_name = "sokoban"
         click.echo("env: sokoban (the default; --env NAME picks another)", err=True)
-    get_registry("env").get(env_name)
+    names = list(dict.fromkeys(n.strip() for n in env_name.split(",") if n.strip()))
+    if not names:
+        raise click.BadParameter("no env name given", param_hint="--env")
+    for name in names:
+        get_registry("env").get(name)
+    shared, per_env = _env_options(options, names)
+    parser_opts = _checked_parser(parser_name, parser_options)
     from ragen.evaluate import evaluate  # torch: after the arguments are checked
 
-    out = out or _fresh_dir(Path("runs") / f"eval-{env_name}-{datetime.now():%Y%m%d-%H%M%S}")
-    metrics = evaluate(env_name, model_name, k=k, n_groups=n_groups, temperature=temperature, out=out, options=_options(options))
+    label = "+".join(names)
+    out = out or _fresh_dir(Path("runs") / f"eval-{label}-{datetime.now():%Y%m%d-%H%M%S}")
+    metrics = evaluate(names[0] if len(names) == 1 else names, model_name, k=k, n_groups=n_groups, temperature=temperature,
+                       out=out, options=shared, env_options=per_env, parser=parser_name, parser_options=parser_opts)
     click.echo(json.dumps(metrics, indent=2))
+    if len(names) > 1:
+        rows = [[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()] + [["overall", *_eval_row(metrics["overall"], k)]]
+        _table(["env", "success", "reward", "valid format", f"pass@{k}", "failed"], rows)
     click.echo(f"trajectories: {out / 'trajectories.jsonl'}\nviewer: {out / 'report.html'}")
 
 

@@ -294,6 +294,10 @@ class RolloutSection:
     parser: str = option("think-answer", "The registered action parser applied to responses.")
     engine: str = option("hf", "Rollout engine: 'hf' (transformers); 'vllm' when installed.")
     max_batch: int = option(64, "Most sequences generated in one engine call (memory bound).")
+    env_workers: int = option(1, "Threads (and, for envs declaring concurrency='process', worker processes) stepping envs "
+                              "declared concurrency-safe; 1 = one env at a time. Trajectories do not depend on it.")
+    overlap_chunks: int = option(1, "Generate each round in this many chunks of whole groups and step a chunk's envs while "
+                                 "the next chunk generates (1 = off; >1 changes the sampling seeds of the chunks).")
     compat: str = option("", "'ragen' reproduces RAGEN's prompt quirks (episode budget in the action line, raw reward sums).")
     vllm_memory_fraction: float = option(0.5, "vLLM: fraction of device memory (on CPU: of RAM) for its weights and KV cache; the trainer shares the device.")
     vllm_kv_cache_gb: float = option(0.0, "vLLM: KV cache size in GiB (0 = from vllm_memory_fraction; on CPU VLLM_CPU_KVCACHE_SPACE overrides it).")
@@ -450,7 +454,7 @@ RANGES: dict[type, dict[str, Range]] = {
     RolloutSection: {
         "n_groups": AT_LEAST_1, "group_size": AT_LEAST_1, "n_val_groups": AT_LEAST_1, "temperature": POSITIVE,
         "top_p": FRACTION, "val_temperature": NON_NEGATIVE, "max_model_len": AT_LEAST_1, "response_length": NON_NEGATIVE,
-        "max_batch": AT_LEAST_1, "vllm_memory_fraction": FRACTION, "vllm_kv_cache_gb": NON_NEGATIVE,
+        "max_batch": AT_LEAST_1, "env_workers": AT_LEAST_1, "overlap_chunks": AT_LEAST_1, "vllm_memory_fraction": FRACTION, "vllm_kv_cache_gb": NON_NEGATIVE,
         "sync_check_tol": NON_NEGATIVE, "tis_cap": NON_NEGATIVE, "max_context_window": NON_NEGATIVE,
     },
     EnvEntry: {"weight": POSITIVE, "n_groups": NON_NEGATIVE},

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from ragen import config as config_mod
+from ragen import provenance
 from ragen.algorithm import AdvantageInput, AlgorithmPreset, FilterInput, ShapeInput
-from ragen.batch import Batch, collate, micro_batches, split_rows, token_micro_batches
+from ragen.batch import Batch, collate, micro_batches, model_attention, split_rows, token_micro_batches
 from ragen.components import component_config, make_component, make_env
 from ragen.config import RunConfig
 from ragen import distributed as dp
@@ -109,7 +110,7 @@ class Trainer:
                          (self.preset.filter, self.preset.filter_options)) if name]
         self.shapers = [make_component("shaper", name, **self.preset.shaper_options.get(name, {}))
                         for name in self.preset.shapers]
-        self.parser = make_component("parser", cfg.rollout.parser)
+        self.parser = make_component("parser", cfg.rollout.parser, **cfg.rollout.parser_options)
         if self.preset.use_critic is False and self.preset.estimator == "gae":
             raise ConfigError("algo.options.use_critic: the gae estimator needs a critic")
 
@@ -153,7 +154,7 @@ class Trainer:
             from ragen.rollout.runner import _parser_thinks
             from ragen.sft import ExpertEngine
 
-            fmt = ChatFormat(self.tokenizer, enable_think=_parser_thinks(cfg.rollout.parser))
+            fmt = ChatFormat(self.tokenizer, enable_think=_parser_thinks(cfg.rollout.parser, cfg.rollout.parser_options))
             self.engine = ExpertEngine(self.tokenizer, fmt.eos_id, fmt.enable_think, noise=cfg.warmstart.noise, seed=cfg.trainer.seed)
         else:
             from ragen.rollout.vllm_engine import make_rollout_engine
@@ -166,9 +167,11 @@ class Trainer:
         self.collapse = self._make_collapse()
         self.step_idx = 0
         self.interrupted, self.saved_step = False, None  # Ctrl-C asked to stop (ragen/interrupt.py); last checkpoint
+        self.interrupted, self.saved_step = False, None  # Ctrl-C asked to stop (ragen/interrupt.py); last checkpoint
         self.skipped_in_a_row, self.fatal = 0, None  # consecutive skipped updates; the error that ends the run
-        self.writer = NullWriter() if not dp.is_main() else RunWriter(self.run_dir, config_mod.to_dict(cfg), wandb=cfg.logging.wandb,
-                                wandb_project=cfg.logging.wandb_project, resume=resume)
+        self.writer = NullWriter() if not dp.is_main() else RunWriter(
+            self.run_dir, provenance.resolved_config(cfg), wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project,
+            resume=resume, info=None if resume else provenance.run_info(cfg, self.device))
         self._rollout = self._make_rollout()
 
     def _make_collapse(self):
@@ -176,7 +179,10 @@ class Trainer:
         from ragen.collapse import CollapseDiagnostics
         from ragen.rollout.runner import _parser_thinks
 
-        if not self.cfg.collapse.enabled or not _parser_thinks(self.cfg.rollout.parser):
+        if not self.cfg.collapse.enabled or not _parser_thinks(self.cfg.rollout.parser, self.cfg.rollout.parser_options):
+            return None
+        if self.cfg.rollout.max_context_window:
+            log.info("collapse_disabled", reason="rollout.max_context_window packs per-turn prompts")
             return None
         return CollapseDiagnostics(self.cfg.collapse, self.tokenizer, self.cfg.trainer.seed)
 
