@@ -2,14 +2,15 @@
 
 Speed. ragen-sokoban: `ragen_sokoban.generator.generate` with the `sokoban` variant's settings (search depth 300,
 min 1 push, the 10-move budget); every level is verified by the move-optimal BFS and the time includes it. The
-layout cache is cleared before each pass over the seeds, so every pass starts cold. A second row keeps RAGEN's
-distribution (no budget). gym-sokoban 0.0.6 (RAGEN's generator origin): `generate_room(dim=(6, 6), num_steps=20, num_boxes=1)`
-seeded per level with `random.seed(s); np.random.seed(s)`; its reverse play has a hard-coded depth of 300 and it
-verifies nothing. It runs in a worker process of a throwaway venv (`--anchor-python`, built with `python -m venv`
-+ `pip install gym-sokoban` when missing; never a project dependency). Each pass walks the seeds in chunks of 50,
-ours then gym-sokoban per chunk (interleaved, so both see the same machine load); the table reports the median pass,
-as CPU time of the generating process (steadier on a shared machine) and as wall time. RAGEN's own generator (not on
-PyPI) measured 0.755x gym-sokoban's time in issue 17, so 26x gym-sokoban is about 20x RAGEN's.
+floor-table caches (layouts, per-cell entries, distances) are cleared before each pass over the seeds, so every pass
+starts cold. A second row keeps RAGEN's distribution (no budget). gym-sokoban 0.0.6 (RAGEN's generator origin):
+`generate_room(dim=(6, 6), num_steps=20, num_boxes=1)` seeded per level with `random.seed(s); np.random.seed(s)`;
+its reverse play has a hard-coded depth of 300 and it verifies nothing. It runs in a worker process of a throwaway
+venv (`--anchor-python`, built with `python -m venv` + `pip install gym-sokoban` when missing; never a project
+dependency). Each pass walks the seeds in chunks of 50, ours then gym-sokoban per chunk (interleaved, so both see
+the same machine load); the table reports the median pass, as CPU time of the generating process (steadier on a
+shared machine) and as wall time. RAGEN's own generator (not on PyPI) measured 0.755x gym-sokoban's time in issue
+17, so 26x gym-sokoban is about 20x RAGEN's.
 
 Distribution. For each 1- and 2-box variant: the optimal move count of its levels (histogram, mean, <= 3 and
 one-move shares), the one-push share and the share of levels starting with a box on a target, next to RAGEN's
@@ -65,11 +66,13 @@ SEED0 = 10_000
 
 
 def clear_caches() -> None:
-    """Forget the floor tables of earlier levels: every pass over the seeds starts cold."""
-    from ragen_sokoban.generator import _distances, layout
+    """Forget the floor tables of earlier levels and the room shape's per-cell entries: every pass over the seeds
+    starts cold."""
+    from ragen_sokoban.generator import _cell_entries, _distances, layout
 
     layout.cache_clear()
     _distances.cache_clear()
+    _cell_entries.cache_clear()
 
 
 def ours_chunk(start: int, n: int, budget: int | None) -> tuple[float, float]:

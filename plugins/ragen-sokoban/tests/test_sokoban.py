@@ -254,8 +254,8 @@ class ScriptedDraws(Draws):
 
     def refill(self) -> list[int]:
         if self._script:
-            self._words, self._script = (self._script + [0] * 64)[:64], self._script[64:]
-            return self._words
+            self.words, self._script = (self._script + [0] * 64)[:64], self._script[64:]
+            return self.words
         return super().refill()
 
 
