@@ -31,6 +31,7 @@ from ragen.errors import ConfigError, Interrupted, RagenError
 from ragen.early_stop import EarlyStopper
 from ragen.losses import aggregate, global_norm, kl_penalty, policy_loss, sampled_logprobs, tis_weights, value_loss
 from ragen.rollout.engine import old_logprobs_reusable
+from ragen.shared_prefix import prefix_plan, shareable, shared_prefix_hidden, to_remainder, to_row_positions
 from ragen.plugins import get_registry
 from ragen.runlog import NullWriter, RunWriter, configure_logging, log, progress
 
@@ -90,6 +91,9 @@ class StepResult:
 
 class Trainer:
     """Builds the engines and components of a run, then runs steps, validation and checkpoints."""
+
+    #: a group's shared prompt runs once in the training forward passes (``ragen.shared_prefix``); off: every row whole
+    share_prefix = True
 
     def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path | None = None):
         from ragen.models import load_model_and_tokenizer, resolve_dtype, resolve_model
@@ -342,16 +346,28 @@ class Trainer:
         """Log-probs (and entropy) of the sampled tokens (``loss_mask``), 0 elsewhere, as [rows, width] tensors.
 
         The decoder runs up to the last sampled token of the micro-batch (what follows cannot change a causal
-        model's earlier states) and the LM head only where a sampled token is predicted (``sampled_logprobs``)."""
+        model's earlier states) and the LM head only where a sampled token is predicted (``sampled_logprobs``). Rows
+        that share a prompt (a group's members) run it once (``ragen.shared_prefix``) unless ``share_prefix`` is off."""
         module = self.actor.module if module is None else module
         width = batch.input_ids.shape[1]
         sampled = batch.loss_mask.sum(0).nonzero()
         end = int(sampled[-1]) + 1 if len(sampled) else min(2, width)
-        hidden = module.get_decoder()(input_ids=batch.input_ids[:, :end], attention_mask=batch.attention_mask[:, :end],
-                                      position_ids=batch.position_ids[:, :end]).last_hidden_state
-        lp, ent = sampled_logprobs(hidden, module.get_output_embeddings(), batch.input_ids[:, :end], batch.loss_mask[:, :end],
+        ids, lmask = batch.input_ids[:, :end], batch.loss_mask[:, :end]
+        plan = None  # packed history-window rows (blocks) restart positions: the plain path
+        if self.share_prefix and "blocks" not in batch.extra and shareable(module):
+            plan = prefix_plan(ids, lmask)
+        if plan is None:
+            hidden = module.get_decoder()(input_ids=ids, attention_mask=batch.attention_mask[:, :end],
+                                          position_ids=batch.position_ids[:, :end]).last_hidden_state
+        else:
+            hidden, cols, inside = shared_prefix_hidden(module.get_decoder(), module.config, ids,
+                                                        batch.attention_mask[:, :end], *plan)
+            ids, lmask = to_remainder(ids, cols, inside), to_remainder(lmask, cols, inside)
+        lp, ent = sampled_logprobs(hidden, module.get_output_embeddings(), ids, lmask,
                                    temperature=self.cfg.rollout.temperature, chunk=self.cfg.trainer.logprob_chunk,
                                    with_entropy=with_entropy, entropy_grad=entropy_grad)
+        if plan is not None:  # back from remainder columns to row positions
+            lp, ent = (None if t is None else to_row_positions(t, cols, end) for t in (lp, ent))
         return _pad_to(lp, width), None if ent is None else _pad_to(ent, width)
 
     def _micro_batches(self, batch: Batch, rows: list[int]) -> list[list[int]]:
@@ -361,7 +377,8 @@ class Trainer:
         if tcfg.micro_batch_tokens > 0:
             lengths = batch.attention_mask.sum(-1).tolist()
             return token_micro_batches(rows, [lengths[r] for r in rows], tcfg.micro_batch_tokens)
-        return micro_batches(rows, tcfg.micro_batch_size)
+        # a group's rows side by side, so that they share one prompt pass (the sum of the gradients is the same)
+        return micro_batches(sorted(rows, key=lambda r: int(batch.group_ids[r])), tcfg.micro_batch_size)
 
     @torch.no_grad()
     def _old_logprobs(self, batch: Batch, metrics: dict) -> None:

@@ -274,3 +274,79 @@ def test_growing_cache_layer_writes_in_place():
         assert torch.equal(keys, torch.cat(chunks[: i + 1], dim=-2)) and torch.equal(values, -keys)
     assert len(set(ptrs[:5])) == 1  # within the reserve, no step moved the cache
     assert layer.get_seq_length() == sum(c.shape[-2] for c in chunks)
+
+
+# ---- the training passes run a group's shared prompt once ------------------------------------------------------------
+def test_prefix_plan_groups_rows_by_prompt():
+    from ragen.shared_prefix import prefix_plan
+
+    ids = torch.tensor([[5, 6, 7, 8, 9, 0], [5, 6, 7, 8, 3, 4], [5, 6, 1, 8, 9, 9], [5, 6, 7, 8, 9, 9]])
+    mask = torch.tensor([[0, 0, 0, 0, 1, 0], [0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1]])
+    # a row's prefix: its ids before the token that predicts its first sampled token (ids[:3] here)
+    assert prefix_plan(ids, mask, min_saved=1) == ([0, 0, 1, 0], [3, 3])
+    assert prefix_plan(ids, mask) is None  # 6 tokens saved: not worth a second pass
+    mask[2] = 0
+    assert prefix_plan(ids, mask, min_saved=1) is None  # a row with nothing sampled (a masked padding row): plain path
+
+
+def test_micro_batches_keep_a_groups_rows_together(trainer, rollout):
+    assert rollout.group_ids.tolist() == [0, 0, 1, 1]
+    assert trainer._micro_batches(rollout, [3, 0, 2, 1]) == [[0, 1], [3, 2]]
+
+
+def test_shared_prompt_pass_gives_the_plain_passes_log_probs_and_gradients(trainer, rollout):
+    """Multi-turn rows whose groups' prompts differ in length: one pass per prompt, then each row's remainder."""
+    from ragen.shared_prefix import prefix_plan
+
+    row_class, lengths = prefix_plan(rollout.input_ids, rollout.loss_mask)
+    assert len(lengths) < len(rollout)  # rows do share prompts
+    results = []
+    for share in (False, True):
+        trainer.share_prefix = share
+        try:
+            results.append(_loss_and_grads(trainer, rollout, lambda module, batch: trainer._forward_logprobs(batch, True)))
+        finally:
+            del trainer.share_prefix  # back to the class default
+    (loss_a, grads_a, lp_a, ent_a), (loss_b, grads_b, lp_b, ent_b) = results
+    assert abs(loss_a - loss_b) < 1e-5
+    assert torch.allclose(lp_a, lp_b, atol=1e-5, rtol=0) and torch.allclose(ent_a, ent_b, atol=1e-5, rtol=0)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 10
+    for k in grads_a:
+        assert torch.allclose(grads_a[k], grads_b[k], atol=1e-5, rtol=1e-4), k
+
+
+def test_step_with_shared_prompt_passes_matches_the_plain_step(tmp_path):
+    """One whole step each way (countdown: the prompt is most of each row): the same weights afterwards."""
+    weights = []
+    for share in (False, True):
+        t = Trainer(load_config(overrides=[*SMALL, "env.name=countdown", f"logging.run_dir={tmp_path}",
+                                           "trainer.actor_lr=1e-3"]), tmp_path / f"share-{share}")
+        t.share_prefix = share
+        try:
+            t.step()
+            weights.append({k: v.detach().clone() for k, v in t.actor.module.named_parameters()})
+        finally:
+            t.close()
+    for k in weights[0]:
+        assert torch.allclose(weights[0][k], weights[1][k], atol=1e-6), k
+
+
+def test_trainer_recomputes_for_a_bf16_or_vllm_engine(trainer, rollout):
+    """The trainer's own path, not only the rule: an engine whose log-probs are not exact gets a forward pass."""
+    import copy
+
+    from ragen.rollout.hf_engine import HFEngine
+    from ragen.rollout.vllm_engine import VLLMEngine
+
+    bf16 = HFEngine(copy.deepcopy(trainer.actor.module).to(torch.bfloat16), trainer.tokenizer)
+    vllm = VLLMEngine.__new__(VLLMEngine)
+    real = trainer.engine
+    for engine in (bf16, vllm):
+        trainer.engine = engine
+        try:
+            metrics: dict = {}
+            trainer._old_logprobs(rollout, metrics)
+        finally:
+            trainer.engine = real
+        assert metrics["rollout/old_logprobs_reused"] == 0.0 and "rollout/logprob_abs_diff_max" in metrics
+        assert not torch.equal(rollout.extra["old_logprobs"], rollout.rollout_logprobs * rollout.loss_mask)
