@@ -11,6 +11,7 @@ from ragen.errors import ConfigError, EnvError, PluginError, RagenError, Registr
 from ragen.parsing import Parsed, parse_response
 from ragen.plugin_api import hookimpl
 from ragen.plugins import broken_plugins, loaded_plugins
+from ragen.trajectory import Trajectory, TurnRecord
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,8 @@ __all__ = [
     "RagenError",
     "RegistrationError",
     "TextSpace",
+    "Trajectory",
+    "TurnRecord",
     "UnknownNameError",
     "broken_plugins",
     "env_config_fields",

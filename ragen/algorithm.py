@@ -75,58 +75,71 @@ class AlgorithmPreset:
 
 @attrs.frozen
 class AdvantageInput:
-    """What an advantage estimator receives (torch tensors; N trajectories, L token positions).
+    """What an advantage estimator receives: torch tensors for the kept batch of N trajectories padded to L token
+    positions (row i is one trajectory; position j is token j of its ``input_ids``), on the trainer's device."""
 
-    ``token_rewards`` holds the placed rewards (algorithms.md §2), ``mask`` the loss mask (1 on sampled tokens),
-    ``scores`` the trajectory scores S_i, ``group_ids`` the env group of each row (from the rollout record,
-    never inferred from order), ``values`` the critic's values aligned like log-probs (None without a critic).
-    """
-
-    token_rewards: Any
-    mask: Any
-    scores: Any
-    group_ids: Any
-    values: Any = None
-    turn_ids: Any = None  #: [N, L] turn index of each sampled token (-1 elsewhere)
-    turn_scores: Any = None  #: [N, T] reward + penalty of each turn (0 past the last turn)
-    kl_rewards: Any = None  #: [N, L] the KL-in-reward part of token_rewards (0 without KL)
+    token_rewards: Any = option(doc="float32 tensor [N, L]: the placed rewards (algorithms.md §2): each trajectory's "
+                                    "(shaped) score on its last sampled token, or with reward_placement='turn' each turn's "
+                                    "reward + penalty on that turn's last sampled token; minus the KL penalty when "
+                                    "kl_reward_coef > 0; 0 elsewhere.")
+    mask: Any = option(doc="float32 tensor [N, L]: the loss mask, 1.0 exactly on the tokens the model sampled, 0.0 on "
+                           "prompts, env replies and padding.")
+    scores: Any = option(doc="float32 tensor [N]: the trajectory scores S_i after the shapers (raw score = env rewards "
+                             "+ format penalties when the preset has no shaper).")
+    group_ids: Any = option(doc="int64 tensor [N]: the env group of each row, from the rollout record (never inferred "
+                                "from row order); rows of one group share a seed.")
+    values: Any = option(None, "float32 tensor [N, L]: the critic's value at each position, aligned with token_rewards; "
+                               "None without a critic (use_critic=false).")
+    turn_ids: Any = option(None, "int64 tensor [N, L]: the turn index (0-based) of each sampled token, -1 elsewhere.")
+    turn_scores: Any = option(None, "float32 tensor [N, T]: reward + format penalty of each turn, 0 past a trajectory's "
+                                    "last turn (T = the most turns in the batch).")
+    kl_rewards: Any = option(None, "float32 tensor [N, L]: the KL-in-reward part of token_rewards (0 without KL in the "
+                                   "reward), for turn-level estimators that place rewards themselves.")
 
 
 @attrs.frozen
 class AdvantageOutput:
-    """Per-token advantages (0 on mask-0 positions) and, for critic estimators, value targets."""
+    """What an advantage estimator returns."""
 
-    advantages: Any
-    returns: Any = None
+    advantages: Any = option(doc="float tensor [N, L]: per-token advantages, 0 where mask is 0 (the trainer scales them "
+                                 "by filter_loss_scaling and uses them as given).")
+    returns: Any = option(None, "float tensor [N, L]: value targets for the critic (critic estimators such as gae); "
+                                "None otherwise.")
 
 
 @attrs.frozen
 class FilterInput:
-    """What a rollout filter sees, one entry per trajectory: RAW scores (env rewards + format penalties; never
-    normalised or shaped), the recorded group ids, successes, sampled-token counts and, when the filter asked for
-    it (``needs_entropy``), the mean token entropy of each trajectory."""
+    """What a rollout filter sees: one entry per trajectory of the groups still in play (a pre-filter's kept groups
+    for the main filter), in the same order in every field. Plain Python sequences, not tensors."""
 
-    raw_rewards: Sequence[float]
-    group_ids: Sequence[int]
-    successes: Sequence[bool] = ()
-    lengths: Sequence[int] = ()
-    entropies: Sequence[float] | None = None
+    raw_rewards: Sequence[float] = option(doc="list[float]: RAW scores, env rewards + format penalties; never "
+                                              "normalised or shaped (shapers run after filtering).")
+    group_ids: Sequence[int] = option(doc="list[int]: the env group of each trajectory; a filter keeps or drops whole "
+                                          "groups by these ids.")
+    successes: Sequence[bool] = option((), "list[bool]: whether each episode succeeded.")
+    lengths: Sequence[int] = option((), "list[int]: sampled (trained) tokens of each trajectory, Σ loss_mask.")
+    entropies: Sequence[float] | None = option(None, "list[float] | None: the mean token entropy of each trajectory, "
+                                                     "computed only when the filter callable has needs_entropy = True.")
 
 
 @attrs.frozen
 class ShapeInput:
-    """What a reward shaper sees for the kept trajectories: current scores (raw, or shaped by earlier shapers), group
-    ids, env variant names, and the trajectories themselves (turn records, penalties)."""
+    """What a reward shaper sees: the trajectories the filters kept, in the same order in every field."""
 
-    scores: Sequence[float]
-    group_ids: Sequence[int]
-    env_names: Sequence[str] = ()
-    trajectories: Sequence[Any] = ()
+    scores: Sequence[float] = option(doc="list[float]: the current score of each trajectory: raw (env rewards + format "
+                                         "penalties) for the first shaper, the previous shaper's output after that.")
+    group_ids: Sequence[int] = option(doc="list[int]: the env group of each trajectory (for per-group normalisation).")
+    env_names: Sequence[str] = option((), "list[str]: the env variant of each trajectory, e.g. 'sokoban'.")
+    trajectories: Sequence[Any] = option((), "list[ragen.Trajectory]: the episodes themselves: turns (ragen.TurnRecord: "
+                                             "texts, parsed answers, actions, rewards, penalties), token ids, success.")
 
 
 @attrs.frozen
 class FilterResult:
-    """Which groups a rollout filter keeps, with its metrics (``rollout/...`` names)."""
+    """What a rollout filter returns."""
 
-    kept_groups: list
-    metrics: dict = attrs.field(factory=dict)
+    kept_groups: list = option(doc="list[int]: the group ids (values of FilterInput.group_ids) to keep; order does not "
+                                   "matter; [] keeps nothing (the trainer skips that update and counts it).")
+    metrics: dict = option(factory=dict, doc="dict[str, float]: logged with the step in metrics.jsonl under 'rollout/' "
+                                             "+ the name (a leading 'rollout/' is kept once; a pre-filter's under "
+                                             "'rollout/pre_filter_').")
