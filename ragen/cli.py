@@ -398,10 +398,10 @@ def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
 
 
 @cli.command("eval")
-@_env_option
+@click.option("--env", "env_name", help="Env variant; several, comma-separated, play in one call and print one table.")
 @click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, a local path or a Hugging Face id.")
 @click.option("-k", "k", default=1, show_default=True, help="Samples per seed (pass@k).")
-@click.option("--seeds", "n_groups", default=64, show_default=True, help="Validation seeds (123, 124, ...).")
+@click.option("--seeds", "n_groups", default=64, show_default=True, help="Validation seeds per env (123, 124, ...).")
 @click.option("--temperature", default=0.5, show_default=True, help="Sampling temperature (RAGEN validation: 0.5).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write trajectories.jsonl and metrics.json (default: a new runs/eval-ENV-TIME folder per call).")
@@ -434,6 +434,28 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, parse
     if len(names) > 1:
         rows = [[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()] + [["overall", *_eval_row(metrics["overall"], k)]]
         _table(["env", "success", "reward", "valid format", f"pass@{k}", "failed"], rows)
+def _env_options(items: tuple[str, ...], names: list[str]) -> tuple[dict, dict[str, dict]]:
+    """``-o`` values: KEY=VALUE for every env, ENV:KEY=VALUE for one (the env must be among ``names``)."""
+    shared, per_env = [], {n: [] for n in names}
+    for item in items:
+        head, sep, rest = item.partition(":")
+        if sep and "=" not in head:
+            if head not in per_env:
+                from ragen.errors import did_you_mean
+
+                raise click.BadParameter(f"{item!r}: {head!r} is not one of the evaluated envs"
+                                         f"{did_you_mean(head, names)}", param_hint="-o")
+            per_env[head].append(rest)
+        else:
+            shared.append(item)
+    return _options(tuple(shared)), {n: _options(tuple(v)) for n, v in per_env.items() if v}
+
+
+def _eval_row(m: dict, k: int) -> list[str]:
+    return [f"{m['success_rate']:.3f}", f"{m['reward_mean']:.3f}", f"{m['valid_format_rate']:.3f}", f"{m[f'pass@{k}']:.3f}",
+            str(m["failed_envs"])]
+
+
     click.echo(f"trajectories: {out / 'trajectories.jsonl'}\nviewer: {out / 'report.html'}")
 
 

@@ -163,6 +163,27 @@ class TorchOptimizer:
             self.schedule.step()
 
 
+def _run_demos(cfg, tokenizer, fmt):
+    """Expert demos of every training env: ``warmstart.episodes`` shared in proportion to the envs' groups per step
+    (largest remainder; an env whose share is 0 gets none), each env with its own parser's prompt frame."""
+    from ragen.env_lists import apportion, train_plan
+    from ragen.rollout import ChatFormat, RolloutResult, rollout_metrics
+    from ragen.rollout.runner import _parser_thinks
+
+    w, plan = cfg.warmstart, train_plan(cfg)
+    results = []
+    for p, n in zip(plan, apportion([q.n_groups for q in plan], w.episodes)):
+        if n:
+            own = ChatFormat(tokenizer, enable_think=_parser_thinks(p.parser)) if p.parser else fmt
+            results.append(expert_demos(tokenizer, own, p.name, dict(p.options), n, w.noise, w.seed,
+                                        cfg.rollout.max_model_len, cfg.trainer.format_penalty))
+    if len(results) == 1:
+        return results[0]
+    trajs = [t for r in results for t in r.trajectories]
+    failed = sum(r.failed_envs for r in results)
+    return RolloutResult(trajs, failed, [e for r in results for e in r.errors], rollout_metrics(trajs, failed))
+
+
 def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict:
     """Fine-tune ``cfg.model`` on ``cfg.warmstart.episodes`` expert demos of ``cfg.env`` and save it in ``out``.
 
@@ -171,6 +192,7 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
     caller already built). ``stop``: see ``sft`` (the model so far is saved all the same).
     """
     from ragen.distributed import pick_device, set_threads
+    from ragen.env_lists import env_names
     from ragen.models import load_model_and_tokenizer
     from ragen.rollout import ChatFormat
     from ragen.rollout.runner import _parser_thinks
@@ -180,11 +202,10 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
     set_threads(cfg.trainer.threads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(w.seed)
-        model, tokenizer = load_model_and_tokenizer(model_name or cfg.model.name, out / "model-source", [cfg.env.name], dtype="float32",
+        model, tokenizer = load_model_and_tokenizer(model_name or cfg.model.name, out / "model-source", env_names(cfg), dtype="float32",
                                                     device=str(device), attn_implementation=cfg.model.attn_implementation)
         fmt = ChatFormat(tokenizer, enable_think=_parser_thinks(cfg.rollout.parser))
-        demos = expert_demos(tokenizer, fmt, cfg.env.name, dict(cfg.env.options), w.episodes, w.noise, w.seed,
-                             cfg.rollout.max_model_len, cfg.trainer.format_penalty)
+        demos = _run_demos(cfg, tokenizer, fmt)
         updates = w.epochs * max(1, round(len(demos.trajectories) / w.batch_size))
         opt = TorchOptimizer(model, lr=w.lr, weight_decay=cfg.trainer.weight_decay, grad_clip=cfg.trainer.grad_clip,
                              total_steps=updates)

@@ -29,6 +29,7 @@ from ragen.distributed import init_distributed, make_engine, pick_device, step_w
 from ragen import interrupt
 from ragen.errors import ConfigError, Interrupted, RagenError
 from ragen.early_stop import EarlyStopper
+from ragen.env_lists import check_plan, env_names, run_label, train_plan
 from ragen.losses import aggregate, global_norm, kl_penalty, policy_loss, sampled_logprobs, tis_weights, value_loss
 from ragen.rollout.engine import old_logprobs_reusable
 from ragen.shared_prefix import prefix_plan, shareable, shared_prefix_hidden, to_remainder, to_row_positions
@@ -60,7 +61,7 @@ def actor_lr(cfg: RunConfig) -> float:
 
 
 def new_run_dir(cfg: RunConfig) -> Path:
-    name = cfg.logging.name or f"{cfg.env.name}-{cfg.algo.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    name = cfg.logging.name or f"{run_label(cfg)}-{cfg.algo.name}-{datetime.now():%Y%m%d-%H%M%S}"
     path = Path(cfg.logging.run_dir) / name
     if path.exists() and any(path.iterdir()):
         raise ConfigError(f"logging.name: run folder {str(path)!r} exists; use `ragen run --resume {path}` or another name")
@@ -106,8 +107,10 @@ class Trainer:
 
         # components, by name, from the registries
         self.preset = resolve_preset(cfg)
-        self.env_item = get_registry("env").get(cfg.env.name)
-        self.env_config = component_config(self.env_item, cfg.env.options, path="env.options")
+        check_plan(cfg)  # every train/val env exists and takes its options
+        self.env_configs = [component_config(get_registry("env").get(p.name), p.options, path="env.options")
+                            for p in train_plan(cfg)]
+        self.env_config = self.env_configs[0]
         self.estimator = make_component("estimator", self.preset.estimator, **self.preset.estimator_options)
         self.filters = [make_component("filter", name, **opts) for name, opts in
                         ((self.preset.pre_filter, self.preset.pre_filter_options),
@@ -125,7 +128,7 @@ class Trainer:
         if not dp.is_main():
             dp.barrier()
         model_name = str(init_model) if init_model is not None else cfg.model.name  # a warm start replaces the model
-        model, self.tokenizer = load_model_and_tokenizer(model_name, source_dir, [cfg.env.name],
+        model, self.tokenizer = load_model_and_tokenizer(model_name, source_dir, env_names(cfg),
                                                          dtype=str(self.dtype).removeprefix("torch."), device=str(self.device),
                                                          attn_implementation=cfg.model.attn_implementation)
         if dp.is_main():
@@ -135,7 +138,7 @@ class Trainer:
             from ragen.lora import add_policy_adapters
 
             model = add_policy_adapters(model, cfg.model)
-        self.model_source = resolve_model(model_name, source_dir, [cfg.env.name])
+        self.model_source = resolve_model(model_name, source_dir, env_names(cfg))
         tcfg = cfg.trainer
         ds_extra = user_deepspeed_config(tcfg.deepspeed_config)
         self.actor = make_engine(model, lr=actor_lr(cfg), weight_decay=tcfg.weight_decay, grad_clip=tcfg.grad_clip,
@@ -179,7 +182,8 @@ class Trainer:
         self._rollout = self._make_rollout()
 
     def _make_collapse(self):
-        """V2 collapse diagnostics, when enabled and the model reasons in <think> (§9.1)."""
+        """V2 collapse diagnostics, when enabled, the model reasons in <think> and sees the whole history (§9.1: full
+        context mode; a history window packs several prompts per row, which the X/Z extraction does not read)."""
         from ragen.collapse import CollapseDiagnostics
         from ragen.rollout.runner import _parser_thinks
 
@@ -449,13 +453,15 @@ class Trainer:
         out = []
         for rows in micro_batches(list(range(len(batch))), self.cfg.trainer.micro_batch_size):
             sub = batch.rows(rows)
-            out.append(_pad_to(self.critic(sub.input_ids, sub.attention_mask, sub.position_ids), batch.input_ids.shape[1]))
+            out.append(_pad_to(self.critic(sub.input_ids, model_attention(sub, self.critic.module), sub.position_ids),
+                               batch.input_ids.shape[1]))
         return torch.cat(out) * batch.loss_mask
 
     def _update(self, batch: Batch, step: int, n_global: int) -> dict:
         cfg, p = self.cfg.trainer, self.preset
         gen = torch.Generator().manual_seed(self._seed(2, step, self.rank))
-        length_norm = float(self.env_config.max_turns * self.env_config.response_length)
+        # the longest episode any training env allows (the normaliser of seq-mean-token-sum modes)
+        length_norm = float(max(c.max_turns * c.response_length for c in self.env_configs))
         n_minis = max(1, round(n_global / cfg.ppo_mini_batch_size))  # the same count on every rank
         scale = float(self.world)  # DeepSpeed averages gradients over ranks; the normalisers are already global
         sums: dict[str, float] = {}
@@ -481,7 +487,7 @@ class Trainer:
                 if self.critic is not None:
                     vloss_total, vbad = 0.0, False
                     for m in micros:
-                        v = self.critic(m.input_ids, m.attention_mask, m.position_ids)
+                        v = self.critic(m.input_ids, model_attention(m, self.critic.module), m.position_ids)
                         vloss, vm = value_loss(v, m.extra["values"], m.extra["returns"], m.loss_mask, clip=cfg.value_clip,
                                                agg_mode=p.loss_agg_mode, norm=norm)
                         if not torch.isfinite(vloss):
@@ -719,7 +725,7 @@ def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool | N
             trainer.writer.truncate_after(start)
             log.info("run_resumed", run_dir=str(run_dir), step=start)
         else:
-            log.info("run_started", run_dir=str(run_dir), env=cfg.env.name, algo=cfg.algo.name, model=cfg.model.name)
+            log.info("run_started", run_dir=str(run_dir), env=run_label(cfg), algo=cfg.algo.name, model=cfg.model.name)
             if warm_metrics:
                 trainer.writer.metrics(0, warm_metrics)
             val = trainer.validate()

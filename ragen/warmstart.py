@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ragen.config import RunConfig, to_dict
+from ragen.env_lists import run_label
 from ragen.runlog import log
 
 #: bump when the warm-start procedure changes what it produces for the same inputs
@@ -109,7 +110,7 @@ def prepare(cfg: RunConfig, run_dir: Path) -> tuple[Path, dict]:
     if cached:
         log.info("warmstart_cached", key=key, path=str(entry), note="reusing the cached warm-started model")
     else:
-        log.info("warmstart_started", key=key, env=cfg.env.name, episodes=cfg.warmstart.episodes,
+        log.info("warmstart_started", key=key, env=run_label(cfg), episodes=cfg.warmstart.episodes,
                  epochs=cfg.warmstart.epochs, note="one-time: fine-tunes the model on expert demos, then caches it")
         built = _train(cfg, dest.parent / "warmstart-build")
         if cfg.warmstart.cache:

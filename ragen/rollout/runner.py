@@ -52,6 +52,8 @@ class _Running:
     episode: Episode
     ctx: ChatContext
     traj: Trajectory
+    parser: Callable[[str], Parsed]
+    fmt: ChatFormat
     done: bool = False
 
 
@@ -120,6 +122,8 @@ def run_rollout(
     enable_think: bool = True,
     format_penalty: float = FORMAT_PENALTY,
     response_length: int = 0,
+    parsers: dict[str, tuple[Callable[[str], Parsed], ChatFormat]] | None = None,
+    max_context_window: int = 0,
     env_workers: int = 1,
     overlap_chunks: int = 1,
 ) -> RolloutResult:
@@ -131,9 +135,11 @@ def run_rollout(
     default ``parse_response``. ``chat_format``: a prebuilt ``ChatFormat`` (saves the template study and prefix check
     per call); when absent one is built from ``tokenizer`` with ``enable_think`` (False for the 'answer' parser: the
     prefill is then ``<answer>``). ``split`` overrides the slots' split when given. ``compat='ragen'`` prints RAGEN's
-    system-prompt action count and raw reward sums. ``env_workers``: the env stepping pool (``stepping.EnvStepper``;
-    trajectories do not depend on it); ``overlap_chunks``: generate a round in that many chunks of whole groups,
-    stepping each chunk's envs while the next one generates (docs/async-rollout.md).
+    system-prompt action count and raw reward sums. ``parsers``: env name -> (parser, chat format) for envs whose
+    parser differs from ``parser`` (several envs in one run). ``max_context_window``: past turns each prompt holds
+    (0 = all; ``ChatContext``). ``env_workers``: the env stepping pool (``stepping.EnvStepper``; trajectories do not
+    depend on it); ``overlap_chunks``: generate a round in that many chunks of whole groups, stepping each chunk's
+    envs while the next one generates (docs/async-rollout.md).
     """
     stepper = EnvStepper(env_workers)
     fmt = chat_format or ChatFormat(tokenizer, enable_think=enable_think)
@@ -169,7 +175,10 @@ def run_rollout(
         except Exception as exc:
             fail(slot, "reset", exc)
             continue
-        ctx = ChatContext(fmt, system, user)
+        the_parser, the_fmt = (parsers or {}).get(slot.env_name, (parser, fmt))
+        if the_fmt is not fmt:  # this env's parser has its own prefill: its prompt is rendered with it
+            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=the_fmt.enable_think)
+        ctx = ChatContext(the_fmt, system, user, window=max_context_window)
         traj = Trajectory(
             env_name=slot.env_name,
             seed=slot.seed,
@@ -183,7 +192,7 @@ def run_rollout(
             segments=ctx.segments,
             task_id=slot.env.task_id,
         )
-        run = _Running(slot, ep, ctx, traj)
+        run = _Running(slot, ep, ctx, traj, the_parser, the_fmt)
         if len(ctx) + _cap(slot.env, response_length) > max_model_len:
             _finish(run, overflow=True)
         running.append(run)
@@ -209,7 +218,7 @@ def run_rollout(
                 if len(gens) != len(chunk):
                     raise RuntimeError(f"engine returned {len(gens)} generations for {len(chunk)} prompts")
                 for m, g in zip(chunk, gens):
-                    job = functools.partial(_apply, m, g, length, tokenizer, parser, fmt, eos_ids, max_model_len, compat)
+                    job = functools.partial(_apply, m, g, length, tokenizer, m.parser, m.fmt, eos_ids, max_model_len, compat)
                     # with a pool, these envs step while the engine generates the next chunk (stepping.py)
                     results.append((m, stepper.submit(m.slot.env, job) if stepper.workers > 1 else job))
         timing["generate_s"] += time.perf_counter() - t0
@@ -284,7 +293,7 @@ def _apply(
         ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed, enable_think=fmt.enable_think
     )
     pieces = run.ctx.next_user(user, ended_with_eos)
-    if len(run.ctx) + sum(len(p) for _, p in pieces) + length > max_model_len:
+    if run.ctx.next_prompt_len(pieces) + length > max_model_len:
         _finish(run, overflow=True)  # the delta is not appended: the trajectory still ends with A_t
         return
     run.ctx.extend(pieces)
@@ -297,6 +306,7 @@ def _finish(run: _Running, overflow: bool = False) -> None:
         traj.truncated, traj.truncation_reason = True, "context_overflow"
     else:
         traj.truncated, traj.truncation_reason = bool(ep.truncated), _truncation_reason(ep)
+    traj.blocks = list(run.ctx.blocks)
     run.done = True
 
 
@@ -364,15 +374,32 @@ class Rollout:
         # envs declaring concurrency='process' are built in worker processes when env_workers > 1 (stepping.py)
         self._pooled = PooledFactory(factory or _default_factory, int(getattr(r, "env_workers", 1) or 1))
         self._factory = {"factory": self._pooled, "shard": shard}
-        self.spec = GroupSpec(cfg.env.name, int(r.n_groups), dict(cfg.env.options))
-        self.train_groups = EnvGroups([self.spec], group_size=int(r.group_size), **self._factory)
+        from ragen.env_lists import train_plan, val_plan
+
+        train, self._val_plan = train_plan(cfg), val_plan(cfg)
+        self.parsers = self._env_parsers([*train, *self._val_plan])
+        # env by env, in list order: a group never mixes envs (each GroupSpec fills its own groups)
+        self.specs = [GroupSpec(p.name, p.n_groups, dict(p.options)) for p in train]
+        self.spec = self.specs[0]
+        self.train_groups = EnvGroups(self.specs, group_size=int(r.group_size), **self._factory)
         self._val_groups: EnvGroups | None = None
+
+    def _env_parsers(self, plan: list) -> dict[str, tuple[Callable[[str], Parsed], ChatFormat]]:
+        """(parser, chat format) of the envs of ``plan`` that name their own parser."""
+        from ragen.components import make_component
+
+        out = {}
+        for p in plan:
+            if p.parser and p.name not in out:
+                out[p.name] = (make_component("parser", p.parser),
+                               ChatFormat(self.tokenizer, enable_think=_parser_thinks(p.parser)))
+        return out
 
     @property
     def val_groups(self) -> EnvGroups:
         if self._val_groups is None:
-            spec = attrs.evolve(self.spec, n_groups=int(self.cfg.rollout.n_val_groups))
-            self._val_groups = EnvGroups.validation([spec], **self._factory)
+            specs = [GroupSpec(p.name, p.n_groups, dict(p.options)) for p in self._val_plan]
+            self._val_groups = EnvGroups.validation(specs, **self._factory)
         return self._val_groups
 
     def _run(self, groups: EnvGroups, step: int, sampling: SamplingParams, policy_version: int) -> RolloutResult:
@@ -380,7 +407,8 @@ class Rollout:
         return run_rollout(
             self.engine, self.tokenizer, groups, sampling, parser=self.parser, max_model_len=int(r.max_model_len),
             policy_version=policy_version, compat=self.compat, step=step, chat_format=self.chat_format,
-            format_penalty=self.format_penalty, response_length=self.response_length,
+            format_penalty=self.format_penalty, response_length=self.response_length, parsers=self.parsers,
+            max_context_window=int(getattr(r, "max_context_window", 0) or 0),
             env_workers=int(getattr(r, "env_workers", 1) or 1), overlap_chunks=int(getattr(r, "overlap_chunks", 1) or 1),
         )
 
