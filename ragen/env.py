@@ -90,9 +90,17 @@ class Expert:
     """
 
     def next_actions(self, env: Env, k: int) -> list[str]:
+        """Up to ``k`` next actions (action names as the model would write them) from the env's current state; ``[]``
+        = no known plan. Warm start (`ragen sft`), `ragen check-env` and the expert rollout engine call it before each
+        turn, with ``k`` = ``max_actions_per_turn``."""
         raise NotImplementedError
 
     def rationale(self, env: Env) -> str:
+        """The reasoning a warm-start demonstration writes inside ``<think>`` before the expert's answer this turn
+        (called right after ``next_actions``, in the same state), e.g. ``"The goal is left of me, so I move Left."``;
+        it also enters the built-in models' tokenizer corpus. Default ``""``: the demonstrations teach an empty think
+        block. Unused with a parser whose ``enable_think`` is False, and on a turn whose actions warm-start noise
+        replaced (that turn thinks ``Exploring: trying <answer>.``)."""
         return ""
 
 

@@ -10,6 +10,8 @@ import re
 
 import attrs
 
+from ragen.env import option
+
 # a literal-prefixed pattern: re tries it only at "</think>" and \s* cannot run past the next tag, so search is linear
 _CLOSE_THINK_ANSWER = re.compile(r"</think>\s*<answer>")
 _TAGS = re.compile(r"</?(?:think|answer)>")
@@ -20,9 +22,10 @@ _SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>")  # chat special tokens such as <|im
 class Parsed:
     """What a parser found: ``matched`` is False when the response does not follow the format."""
 
-    matched: bool
-    think: str = ""
-    answer: str = ""
+    matched: bool = option(doc="bool: the response follows the parser's format; False makes the turn a format failure "
+                               "(format penalty, no action executed).")
+    think: str = option("", "str: the reasoning found (empty when the format has none).")
+    answer: str = option("", "str: the answer text, split into actions by Env.split_actions (e.g. 'Up || Left').")
 
 
 def _clean(text: str) -> str:

@@ -68,3 +68,39 @@ def test_config_fields_documented(cls):
         assert f.metadata.get("doc"), f"{cls.__qualname__}.{f.name} has no doc string"
         if cls.__name__ != "AlgorithmPreset" or f.name != "estimator":
             assert f.default is not attrs.NOTHING, f"{cls.__qualname__}.{f.name} has no default"
+
+
+# ---- the plugin API reference (docs/api.md) and the preset fields of docs/algorithms.md, generated from the code ----
+from ragen import api_docs  # noqa: E402
+
+API_CLASSES = [cls for _, _, classes in api_docs.SECTIONS for cls in classes]
+
+
+@pytest.mark.parametrize("cls", API_CLASSES, ids=lambda c: c.__name__)
+def test_api_class_public_and_every_member_documented(cls):
+    import ragen
+
+    assert getattr(ragen, cls.__name__, None) is cls and cls.__name__ in ragen.__all__, f"ragen does not export {cls.__name__}"
+    assert (cls.__doc__ or "").strip(), f"{cls.__name__} has no docstring"
+    members = api_docs.members(cls)
+    assert members, f"{cls.__name__}: nothing to document"
+    for name, _, doc in members:
+        assert doc.strip(), f"{cls.__name__}.{name} has no docstring (attrs fields: ragen.option(default, 'doc'))"
+
+
+def test_api_docs_current():
+    assert (ROOT / "docs" / "api.md").read_text() == api_docs.api_markdown(), "run: python -m ragen.api_docs"
+
+
+def test_algorithms_md_lists_every_preset_field():
+    text = (ROOT / "docs" / "algorithms.md").read_text()
+    assert text == api_docs.algorithms_markdown(text) and api_docs.BEGIN in text, "run: python -m ragen.api_docs"
+    for f in attrs.fields(ragen_preset()):
+        assert f"| `{f.name}` |" in text, f"docs/algorithms.md does not list algo.options.{f.name}"
+    assert "docs/algorithms.md" in (ROOT / "docs" / "config.md").read_text()
+
+
+def ragen_preset():
+    import ragen
+
+    return ragen.AlgorithmPreset
