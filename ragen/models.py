@@ -139,7 +139,10 @@ def build_corpus(envs: Sequence[str | Env], seeds: int = CORPUS_SEEDS) -> list[s
 
     texts = list(_generic_corpus())
     for item in envs:
-        env = make_env(item) if isinstance(item, str) else item
+        try:
+            env = make_env(item) if isinstance(item, str) else item
+        except ConfigError:  # a variant that cannot be built without options (remote: its URL); byte-level BPE
+            continue  # still encodes its text, only in more tokens
         try:
             texts.extend(env_corpus(env, seeds=seeds))
         finally:
