@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import click
 
 from ragen.components import make_component, make_env
@@ -11,15 +9,11 @@ from ragen.episode import Episode
 from ragen.prompt import format_reward, system_prompt, turn_text
 
 
-@functools.cache
-def _stdin():
-    """One stdin wrapper for the whole session: a fresh one per line read ahead and lost the lines piped after it."""
-    return click.get_text_stream("stdin")
-
-
-def _read(prompt: str) -> str | None:
+def _read(prompt: str, stdin) -> str | None:
+    """One typed line. ``stdin`` is the session's one wrapper: a fresh wrapper per line read ahead and lost the lines
+    piped after it."""
     click.echo(prompt, nl=False)
-    line = _stdin().readline()
+    line = stdin.readline()
     return None if line == "" else line.rstrip("\n")
 
 
@@ -44,6 +38,7 @@ def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | N
     thinks = _parser_thinks(parser, parser_options)
     prefill = "<think>" if thinks else "<answer>"
     env = make_env(name, **(options or {}))
+    stdin = click.get_text_stream("stdin")
     try:
         for i in range(episodes):
             ep = Episode(env)
@@ -57,7 +52,7 @@ def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | N
             while not ep.done:
                 click.echo(turn_text(ep.turn + 1, ep.obs, ep.actions_left, env.config.max_tokens,
                                      warning=ep.no_action_last_turn and ep.turn > 0, enable_think=thinks))
-                line = _read("> ")
+                line = _read("> ", stdin)
                 if line is None or line.strip() in ("q", "quit", ":q"):
                     click.echo("bye")
                     return
