@@ -20,7 +20,7 @@ def pip_install_target(target, *paths):
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
-    pip_install_target(target, FIXTURES / "ragen-tinyenv", FIXTURES / "ragen-broken")
+    pip_install_target(target, FIXTURES / "ragen-tinyenv", FIXTURES / "ragen-broken", FIXTURES / "ragen-tinyclash")
     return target
 
 
@@ -48,6 +48,25 @@ def test_broken_plugin_listed_others_work(site):
     envs = run(site, "envs")
     assert envs.returncode == 0 and "tiny-coin" in envs.stdout
     assert "warning: ragen plugin 'ragen-broken' is broken" in envs.stderr
+
+
+def test_duplicate_env_name_refuses_only_that_component(site):
+    """Two installed plugins register `tiny-coin`: the first keeps it, the clash is listed, and everything else of the
+    second plugin (another env, a parser) works."""
+    data = json.loads(run(site, "plugins", "--json", check=True).stdout)
+    plugins = {p["distribution"]: p for p in data["plugins"]}
+    assert plugins["ragen-tinyclash"]["components"] == {"env": ["tiny-coin-flipped"], "parser": ["shout"]}
+    assert plugins["ragen-tinyenv"]["components"] == {"env": ["tiny-coin"]}
+    assert data["clashes"] == [{"kind": "env", "name": "tiny-coin", "kept": "ragen-tinyenv", "refused": "ragen-tinyclash"}]
+    assert not any(b["distribution"] == "ragen-tinyclash" for b in data["broken"])
+    human = run(site, "plugins", check=True).stdout
+    assert "CLASH env 'tiny-coin': registered by 'ragen-tinyenv' (used) and 'ragen-tinyclash' (refused)" in human
+    checked = run(site, "check-env", "tiny-coin-flipped", check=True)
+    assert "tiny-coin-flipped: all 6 checks passed" in checked.stdout
+    assert "warning: ragen plugin 'ragen-tinyclash': env 'tiny-coin' is registered by both 'ragen-tinyenv' and " \
+           "'ragen-tinyclash'" in checked.stderr  # a command that uses the env registry says so
+    envs = json.loads(run(site, "envs", "--json", check=True).stdout)
+    assert {e["name"]: e["distribution"] for e in envs}["tiny-coin"] == "ragen-tinyenv"
 
 
 def test_new_env_scaffold_installs_and_passes(tmp_path):
