@@ -291,7 +291,9 @@ class RolloutSection:
     val_temperature: float = option(0.5, "Validation sampling temperature (RAGEN: 0.5).")
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).")
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = the env's own response_length.")
-    parser: str = option("think-answer", "The registered action parser applied to responses.")
+    parser: str = option("think-answer", "The registered action parser applied to responses (`ragen run --parser`).")
+    parser_options: dict[str, Any] = option(factory=dict, doc="Options of rollout.parser, checked by its config class "
+                                            "(e.g. {enable_think: false}; `ragen plugins` lists parsers).")
     engine: str = option("hf", "Rollout engine: 'hf' (transformers); 'vllm' when installed.")
     max_batch: int = option(64, "Most sequences generated in one engine call (memory bound).")
     env_workers: int = option(1, "Threads (and, for envs declaring concurrency='process', worker processes) stepping envs "

@@ -7,7 +7,8 @@ its config names.
 
 ``register(name, factory, *, config=None, description=None, defaults=None)`` is common to all hooks:
 
-- ``name``: unique across all plugins (a duplicate is an error naming both distributions);
+- ``name``: unique across all plugins (a duplicate is refused with a warning naming both distributions; the first
+  registration keeps the name and the rest of the second plugin loads);
 - ``factory``: what the core calls (or reads) to get the component; each hook says what it must be;
 - ``config``: an attrs class; user options are structured into it with unknown keys rejected;
 - ``description``: one line for listings (defaults to the first line of the factory's docstring);
@@ -34,8 +35,10 @@ def register_envs(register):
 def register_action_parsers(register):
     """Register parsers that turn a model response into an answer text.
 
-    Called the first time the ``parser`` registry is used (building a rollout, ``ragen play``).
-    ``factory(config)`` returns a callable ``parse(response: str) -> ragen.Parsed``.
+    Called the first time the ``parser`` registry is used (building a rollout, ``ragen play``, ``ragen eval``).
+    ``factory(config)`` returns a callable ``parse(response: str) -> ragen.Parsed``, called on ``prefill + response``.
+    The config's ``enable_think`` (True when absent) decides the prompt: True asks for ``<think>`` and prefills it,
+    False asks for ``<answer>`` alone and prefills ``<answer>``.
     """
 
 
