@@ -204,7 +204,7 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
         torch.manual_seed(w.seed)
         model, tokenizer = load_model_and_tokenizer(model_name or cfg.model.name, out / "model-source", env_names(cfg), dtype="float32",
                                                     device=str(device), attn_implementation=cfg.model.attn_implementation)
-        fmt = ChatFormat(tokenizer, enable_think=_parser_thinks(cfg.rollout.parser))
+        fmt = ChatFormat(tokenizer, enable_think=_parser_thinks(cfg.rollout.parser, cfg.rollout.parser_options))
         demos = _run_demos(cfg, tokenizer, fmt)
         updates = w.epochs * max(1, round(len(demos.trajectories) / w.batch_size))
         opt = TorchOptimizer(model, lr=w.lr, weight_decay=cfg.trainer.weight_decay, grad_clip=cfg.trainer.grad_clip,

@@ -367,7 +367,7 @@ class Rollout:
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
         r = cfg.rollout
         self.parser = parser
-        self.chat_format = ChatFormat(tokenizer, enable_think=_parser_thinks(r.parser))
+        self.chat_format = ChatFormat(tokenizer, enable_think=_parser_thinks(r.parser, getattr(r, "parser_options", None)))
         self.compat = getattr(r, "compat", "") or None
         self.response_length = int(getattr(r, "response_length", 0) or 0)
         self.format_penalty = float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY))
@@ -428,13 +428,15 @@ class Rollout:
         self._pooled.close()
 
 
-def _parser_thinks(name: str) -> bool:
-    """Whether the registered parser ``name`` expects ``<think>`` (its config's ``enable_think``, default True)."""
+def _parser_thinks(name: str, options: dict | None = None) -> bool:
+    """Whether the registered parser ``name`` with ``options`` expects ``<think>``: its config's ``enable_think``
+    (default True). This decides the prompt: the format line asks for ``<think>...</think>`` and the core prefills
+    ``<think>`` after the assistant header only when it is True (the parser contract, docs/plugin-hooks.md)."""
     from ragen.components import component_config
     from ragen.plugins import get_registry
 
     try:
-        config = component_config(get_registry("parser").get(name), {}, path=name)
+        config = component_config(get_registry("parser").get(name), dict(options or {}), path=name)
     except Exception:
         return True
     return bool(getattr(config, "enable_think", True))
