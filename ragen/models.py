@@ -283,6 +283,10 @@ def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str
     if name in BUILTIN_MODELS:
         out = Path(run_dir) / (TINY_DIRNAME if name == "tiny" else f"{name}-model")
         if not (out / "config.json").is_file():
+            from ragen.runlog import log
+
+            log.info("builtin_model_build", model=name, path=str(out),
+                     note="one-time set-up: training its tokenizer on the envs' text, then a random init (seconds)")
             build_tiny_model(out, env_names, **BUILTIN_MODELS[name])
         return ModelSource(name, "tiny", str(out))
     if name == "smollm2":
@@ -367,6 +371,10 @@ def load_model_and_tokenizer(
         tokenizer.pad_token = tokenizer.eos_token  # padding is never inferred from ids, so pad == eos is safe
     if getattr(tokenizer, "chat_template", None) is None:
         raise ConfigError(f"model {name!r}: the tokenizer has no chat template; use an instruct/chat model")
+    if source.gguf_file is not None:  # transformers dequantized the GGUF weights at load: drop its quantizer marker,
+        model.hf_quantizer = None     # else save_pretrained (warm start, export, checkpoints) refuses the plain weights
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     model.to(device)
     model.eval()
     return model, tokenizer

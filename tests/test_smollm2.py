@@ -28,3 +28,19 @@ def test_smollm2_rollout_is_token_exact(tmp_path):
     assert_token_exact(res.trajectories, engine.calls)
     first = tok.decode(res.trajectories[0].input_ids[: res.trajectories[0].segments[0][2]])
     assert first.rstrip().endswith("<think>") and "Turn 1:\nState:\nCoordinates: " in first
+
+
+def test_smollm2_saves_as_a_plain_model(tmp_path):
+    """GGUF weights are dequantized at load, so the warm start and the export can save them (found on the first GPU
+    run: save_pretrained refused 'a model quantized with gguf') and the saved folder loads back as a normal model."""
+    import torch
+
+    from ragen.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("smollm2", tmp_path / "src", ["frozenlake"])
+    model.save_pretrained(tmp_path / "out")
+    tok.save_pretrained(tmp_path / "out")
+    again, _ = load_model_and_tokenizer(str(tmp_path / "out"), tmp_path / "src2", ["frozenlake"])
+    ids = torch.tensor([tok.encode("Hello there, how are you")])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, again(ids).logits, atol=1e-4)
