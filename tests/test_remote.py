@@ -285,4 +285,4 @@ def test_cli_run_reports_episodes_lost_when_the_server_dies(tmp_path):
     assert run.returncode == 1, err[-2000:]
     last = err.strip().splitlines()[-1]
     assert re.fullmatch(r"Error: step \d+: every env failed \(\d+ failures\); see the warnings above", last), last
-    assert "lost the env server" in err and "Traceback" not in err
+    assert "lost the env server" in err  # each dropped episode's warning names the cause (with its traceback)
