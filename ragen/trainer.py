@@ -361,7 +361,7 @@ class Trainer:
         if self.share_prefix and "blocks" not in batch.extra and shareable(module):
             plan = prefix_plan(ids, lmask)
         if plan is None:
-            hidden = module.get_decoder()(input_ids=ids, attention_mask=batch.attention_mask[:, :end],
+            hidden = module.get_decoder()(input_ids=ids, attention_mask=model_attention(batch, module, end),
                                           position_ids=batch.position_ids[:, :end]).last_hidden_state
         else:
             hidden, cols, inside = shared_prefix_hidden(module.get_decoder(), module.config, ids,
