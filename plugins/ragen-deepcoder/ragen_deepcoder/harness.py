@@ -11,7 +11,8 @@ functional tests the return value, assert tests serve calls (``fn(*args)``) from
 and its children send is data the candidate could have chosen anyway (its output, its return values): the checker
 decodes it into plain built-in values (no objects with a forged ``__eq__``), and the verdicts come from comparisons
 made outside — stdio and functional ones by the trainer (``code.py``), assert ones by the checker running the test
-code with the candidate's functions replaced by remote calls. Expected outputs and assert code never enter the
+code with the candidate's functions replaced by remote calls (a call an assert tests for bare truth, ``assert f(x)`` /
+``assert not f(x)``, passes only with a real bool: ``_truth_tested``). Expected outputs and assert code never enter the
 sandbox, there is no token or result record to forge, and a stub that stops answering only loses its remaining tests
 (the checker enforces every deadline and kills the sandbox).
 
@@ -543,6 +544,48 @@ def _remote_exception(reply):
     return cls(_short(reply.get("error") or "the call failed"))
 
 
+#: the checker's name for the wrapper of truth-tested calls (a dunder no test or prelude uses)
+_TRUTH = "__ragen_truth__"
+
+
+class _TruthTests(ast.NodeTransformer):
+    """Routes every call an ``assert`` tests for bare truth through ``_TRUTH``: ``assert f(x)``, ``assert not f(x)``
+    and ``and``/``or``/``not`` of such calls. Comparisons (``f(x) == 3``, ``f(x) is True``) are left alone."""
+
+    def visit_Assert(self, node):
+        node.test = self._truth(node.test)
+        return node
+
+    def _truth(self, expr):
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            expr.operand = self._truth(expr.operand)
+        elif isinstance(expr, ast.BoolOp):
+            expr.values = [self._truth(v) for v in expr.values]
+        elif isinstance(expr, ast.Call):
+            wrapped = ast.Call(func=ast.Name(id=_TRUTH, ctx=ast.Load()), args=[expr.func] + expr.args,
+                               keywords=expr.keywords)
+            return ast.copy_location(wrapped, expr)
+        return expr
+
+
+def _assert_code(code):
+    """The test code, compiled with its truth-tested calls wrapped (see ``_truth_tested``)."""
+    tree = ast.fix_missing_locations(_TruthTests().visit(ast.parse(code)))
+    return compile(tree, "<test>", "exec")
+
+
+def _truth_tested(fn, *args, **kwargs):
+    """A call an assert tests for truth. When the candidate made it, only a real bool counts: ``assert f(x)`` needs
+    True and ``assert not f(x)`` False. The predicates these tests check are specified to return bools; with Python's
+    truthiness a value that is no answer at all (a forged reply's string, a list, 1) would pass every ``assert f(x)``
+    and a falsy one every ``assert not f(x)``. A constant bool still earns what it earns on ``f(x) == True`` tests."""
+    value = fn(*args, **kwargs)
+    if isinstance(fn, _Remote) and type(value) is not bool:
+        raise AssertionError(f"{fn.name}() returned {type(value).__name__} {_short(repr(value), 60)}: "
+                             "a truth test needs a bool")
+    return value
+
+
 def _free_names(code, defined):
     """Names the test code reads but neither assigns nor gets from the prelude or builtins: the candidate's."""
     tree = ast.parse(code)
@@ -633,8 +676,9 @@ def _assert_test(session, test, prelude_ns, t0):
     ns = dict(prelude_ns)
     for name in _free_names(test["code"], ns):
         ns[name] = _Remote(session, name)
+    ns[_TRUTH] = _truth_tested
     try:
-        exec(compile(test["code"], "<test>", "exec"), ns)
+        exec(_assert_code(test["code"]), ns)
         verdict = {"status": "ok"}
     except _TestOver as over:
         return dict(_done_error(over.done), time_s=round(time.monotonic() - t0, 4))

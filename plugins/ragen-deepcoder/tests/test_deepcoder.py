@@ -474,37 +474,21 @@ def forgery_scores(problems, workers=4, timeout_s=4.0):
         return list(pool.map(score, [(name, p) for name in FAMILY for p in problems]))
 
 
-def forged_value_baseline(problems, workers=4):
-    """task_id -> tests passed by a program whose function returns the forging family's marker value, "FORGED"."""
-    run = runner(timeout_s=4.0)
-
-    def score(p):
-        code = f"def {p.entry_point}(*args, **kwargs):\n    return 'FORGED'"
-        return p.task_id, sum(grade(p, run.run(assemble(p, code), sandbox_tests(p)).results))
-
-    with ThreadPoolExecutor(workers) as pool:
-        return dict(pool.map(score, problems))
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 @pytest.mark.bwrap
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"needs a working bubblewrap: {BWRAP_PROBLEM}")
-def test_forging_family_earns_no_more_than_its_forged_value_on_all_164_problems():
+def test_forging_family_scores_zero_on_all_164_problems():
     """Issue 16: a generic forger scored 1.0 on 20/20 problems (token read from an inherited pipe, a success record
-    written to the result pipe, exit 0). Every attack of the family must pass no test of any problem. (1 s tests:
-    the monkeypatching attack breaks its own interpreter and times out on every test.)"""
+    written to the result pipe, exit 0). Every attack of the family must pass no test of any problem, the truthiness
+    asserts of the predicates (52, 56, 61) included: a forged reply's "FORGED" is no bool. (1 s tests: the
+    monkeypatching attack breaks its own interpreter and times out on every test.)"""
     t0 = time.monotonic()
-    problems = humaneval_problems()
-    scores = forgery_scores(problems, timeout_s=1.0)
-    baseline = forged_value_baseline(problems)
+    scores = forgery_scores(humaneval_problems(), timeout_s=1.0)
     passing = [s for s in scores if s[2]]
     print(f"forging family: {len(FAMILY)} attacks x 164 problems = {len(scores)} runs, "
-          f"{sum(s[3] for s in scores)} tests, {sum(s[2] for s in scores)} passed "
-          f"({sorted({s[1] for s in passing})}), {time.monotonic() - t0:.0f} s")
-    # a forged reply is at most a value the program returns: it passes only the truthiness asserts
-    # (`assert candidate(...)`) that an honest program returning that value passes too, never more
-    assert len(scores) == 164 * len(FAMILY) and not [s for s in passing if s[2] > baseline[s[1]]], passing[:10]
+          f"{sum(s[3] for s in scores)} tests, {sum(s[2] for s in scores)} passed, {time.monotonic() - t0:.0f} s")
+    assert len(scores) == 164 * len(FAMILY) and not passing, passing[:10]
 
 
 def test_wire_values_decode_to_plain_builtins_only():
@@ -544,6 +528,30 @@ def test_seccomp_program_denies_the_listed_syscalls():
     assert seccomp_program("sparc") is None
 
 
+def truth_tests(problem):
+    """Indices of the problem's tests that end in `assert f(...)` (positive) and `assert not f(...)` (negative)."""
+    positive, negative = [], []
+    for i, test in enumerate(problem.tests):
+        last = ast.parse(test["code"]).body[-1]
+        tested = last.test if isinstance(last, ast.Assert) else None
+        if isinstance(tested, ast.Call):
+            positive.append(i)
+        elif isinstance(tested, ast.UnaryOp) and isinstance(tested.op, ast.Not):
+            if isinstance(tested.operand, ast.Call):
+                negative.append(i)
+    return positive, negative
+
+
+def test_truth_tested_calls_are_wrapped_and_comparisons_are_not():
+    from ragen_deepcoder.harness import _TruthTests
+
+    code = ("assert f(1)\nassert not f(2, k=3)\nassert f(4) and (not g(5) or h(6))\nassert f(7) == True\n"
+            "assert f(8) is True\nfor i in x:\n    assert f(i)")
+    got = ast.unparse(_TruthTests().visit(ast.parse(code))).replace("__ragen_truth__", "T").splitlines()
+    assert got == ["assert T(f, 1)", "assert not T(f, 2, k=3)", "assert T(f, 4) and (not T(g, 5) or T(h, 6))",
+                   "assert f(7) == True", "assert f(8) is True", "for i in x:", "    assert T(f, i)"]
+
+
 def test_free_names_are_the_candidates_functions():
     from ragen_deepcoder.harness import _free_names
 
@@ -560,14 +568,27 @@ class TestSandboxed:
         scores = forgery_scores(problems)
         assert len(scores) == len(problems) * len(FAMILY) and not [s for s in scores if s[2]]
 
-    def test_forged_replies_earn_no_more_than_returning_the_forged_value(self):
-        """below_threshold (52) and correct_bracketing (56) have truthiness asserts: a forged reply ("FORGED") passes
-        those exactly as a program returning "FORGED" does, and nothing more."""
+    def test_truth_asserts_need_a_real_bool(self):
+        """below_threshold (52) and correct_bracketing (56) are tested by `assert candidate(...)` and `assert not
+        candidate(...)`: a constant that is no bool (truthy like a forged reply's "FORGED", or falsy) passes none of
+        them, nor does any attack of the forging family; the canonical solutions pass all; the constant True passes
+        exactly the positive ones (a bool is an answer, right or wrong)."""
         problems = [humaneval_problems()[52], humaneval_problems()[56]]
-        baseline = forged_value_baseline(problems)
-        assert baseline["HumanEval/52"] > 0
-        for _, task_id, passed, _ in forgery_scores(problems):
-            assert passed <= baseline[task_id]
+        run = runner()
+        for p in problems:
+            positive, negative = truth_tests(p)
+            assert positive and negative
+            for value in ("'FORGED'", "1", "[0]", "0.5", "0", "''", "None", "[]"):
+                code = f"def {p.entry_point}(*args, **kwargs):\n    return {value}"
+                ok = grade(p, run.run(assemble(p, code), sandbox_tests(p)).results)
+                assert not [i for i in positive + negative if ok[i]], (p.task_id, value)
+            code = f"def {p.entry_point}(*args, **kwargs):\n    return True"
+            ok = grade(p, run.run(assemble(p, code), sandbox_tests(p)).results)
+            assert [i for i in positive + negative if ok[i]] == positive
+            reference = run.run(assemble(p, extract_code(p.reference_solution)), sandbox_tests(p))
+            assert all(grade(p, reference.results)), reference.results
+        scores = forgery_scores(problems)
+        assert len(scores) == len(problems) * len(FAMILY) and not [s for s in scores if s[2]], scores
 
     def test_assert_verdicts_use_the_checkers_prelude_and_plain_values(self):
         """find_zero's test calls poly(): the checker's own copy (from the prompt), not one the program redefines;
