@@ -71,8 +71,22 @@ def cli(debug: bool) -> None:
 # ---- plugins and components -------------------------------------------------------------------------
 
 
+LISTING_WIDTH = 100  #: listings fit this many columns (long cells wrap) unless --wide
+_wide = False
+
+
+def _set_wide(ctx, param, value) -> None:
+    global _wide
+    _wide = bool(value)
+
+
+_wide_option = click.option("--wide", is_flag=True, expose_value=False, callback=_set_wide,
+                            help=f"One line per row, however long (default: fit {LISTING_WIDTH} columns).")
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@_wide_option
 def plugins(as_json: bool) -> None:
     """List installed plugins, their versions and components, and broken plugins with their errors."""
     from ragen.plugins import KINDS, broken_plugins, clashes, get_registry, loaded_plugins
@@ -94,9 +108,9 @@ def plugins(as_json: bool) -> None:
         [[r["distribution"], r["version"], "; ".join(f"{k}: {', '.join(v)}" for k, v in r["components"].items()) or "-"] for r in rows],
     )
     for b in broken:
-        click.echo(f"BROKEN {b.dist} {b.version}: {b.error}")
+        _echo_wrapped(f"BROKEN {b.dist} {b.version}: {b.error}")
     for c in clashed:
-        click.echo(f"CLASH {c.kind} {c.name!r}: registered by {c.kept!r} (used) and {c.refused!r} (refused)")
+        _echo_wrapped(f"CLASH {c.kind} {c.name!r}: registered by {c.kept!r} (used) and {c.refused!r} (refused)")
 
 
 def _renamed(row: dict) -> dict:
@@ -151,6 +165,7 @@ PRESET_COLUMNS = ("estimator", "use_critic", "clip_ratio_low", "clip_ratio_high"
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@_wide_option
 def algos(as_json: bool) -> None:
     """List algorithm presets (--algo) and the estimators, filters and shapers they combine, with their settings."""
     import attrs
@@ -167,7 +182,7 @@ def algos(as_json: bool) -> None:
     click.echo("Presets (ragen run --algo NAME; override with algo.options.KEY=VALUE):")
     _table(["name", *PRESET_COLUMNS], [[n, *(str(p[k]) for k in PRESET_COLUMNS)] for n, p in presets.items()])
     for n, p in presets.items():
-        click.echo(f"  {n}: {p['description']}" + (f" [{p['source']}]" if p["source"] else ""))
+        _echo_wrapped(f"  {n}: {p['description']}" + (f" [{p['source']}]" if p["source"] else ""), indent="    ")
     for kind, items in comps.items():
         click.echo(f"\n{kind.capitalize()}s:")
         _table(["name", "settings", "description"],
@@ -177,6 +192,7 @@ def algos(as_json: bool) -> None:
 @cli.command()
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@_wide_option
 def envs(name: str | None, as_json: bool) -> None:
     """List registered environments, or show one env's config fields."""
     from ragen.components import env_config_fields
@@ -190,7 +206,7 @@ def envs(name: str | None, as_json: bool) -> None:
             click.echo(json.dumps({"name": name, "distribution": item.dist, "description": item.description,
                                    "config": {k: v for k, (v, _) in fields.items()}}, indent=2, default=str))
             return
-        click.echo(f"{name} ({item.dist}): {item.description}")
+        _echo_wrapped(f"{name} ({item.dist}): {item.description}")
         _table(["option", "value", "meaning"], [[k, repr(v), doc] for k, (v, doc) in fields.items()])
         return
     if as_json:
@@ -508,10 +524,40 @@ def _options(items: tuple[str, ...]) -> dict:
     return apply_overrides({}, list(items))
 
 
+def _echo_wrapped(text: str, indent: str = "  ") -> None:
+    """A free-text listing line, wrapped to ``LISTING_WIDTH`` columns (not with --wide)."""
+    import textwrap
+
+    if _wide or len(text) <= LISTING_WIDTH:
+        click.echo(text)
+    else:
+        click.echo(textwrap.fill(text, LISTING_WIDTH, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False))
+
+
 def _table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell. Wider than ``LISTING_WIDTH`` (and no --wide): the last column wraps inside
+    its own column, or, where the other columns leave it under 24 characters, each row becomes a wrapped record."""
+    import textwrap
+
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lead = sum(widths[:-1]) + 2 * (len(widths) - 1)  # where the last column starts
+    room = LISTING_WIDTH - lead
+    if not _wide and lead + widths[-1] > LISTING_WIDTH and room < 24:
+        for row in rows:
+            click.echo(str(row[0]))
+            click.echo(textwrap.fill(", ".join(f"{h}={v}" for h, v in zip(header[1:], row[1:], strict=False)),
+                                     LISTING_WIDTH, initial_indent="  ", subsequent_indent="  ", break_long_words=False,
+                                     break_on_hyphens=False))
+        return
+    if not _wide and lead + widths[-1] > LISTING_WIDTH:
+        widths[-1] = room
     for i, row in enumerate([header, *rows]):
-        click.echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=False)).rstrip())
+        lines = textwrap.wrap(str(row[-1]), widths[-1], break_long_words=False) if widths[-1] == room else [str(row[-1])]
+        first = [*row[:-1], lines[0] if lines else ""]
+        click.echo("  ".join(str(x).ljust(w) for x, w in zip(first, widths, strict=False)).rstrip())
+        for more in lines[1:]:
+            click.echo(" " * lead + more)
         if i == 0:
             click.echo("  ".join("-" * w for w in widths))
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 
 import torch
 
@@ -57,6 +59,9 @@ def init_distributed(device: torch.device) -> None:
     import deepspeed
     import torch.distributed as dist
 
+    # DeepSpeed's own warnings are about its internals (and leak on Ctrl-C), not about the user's run: errors only
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module=r"deepspeed(\.|$)")
     if device.type == "cpu":
         _no_shm_comm_op()
 

@@ -11,16 +11,19 @@ from ragen.components import make_component
 from ragen.distributed import pick_device
 from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, HFEngine, SamplingParams, run_rollout
 from ragen.rollout.runner import _parser_thinks, rollout_metrics
+from ragen.runlog import progress as progress_bar
 
 
 def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups: int = 64, temperature: float = 0.5,
              seed: int = 0, out: Path | None = None, options: dict | None = None, parser: str = "think-answer",
              parser_options: dict | None = None, max_model_len: int = 3600, device: str = "auto",
-             work_dir: Path = Path("runs/eval-models"), env_options: dict[str, dict] | None = None) -> dict:
+             work_dir: Path = Path("runs/eval-models"), env_options: dict[str, dict] | None = None,
+             progress: bool = True) -> dict:
     """Play ``n_groups`` validation seeds (123, 124, ... for each env) with ``k`` samples each; returns the metrics.
 
     ``env_name``: one variant, or several played in one rollout (issue 14); then the metrics hold ``envs`` (one entry
-    per variant) and ``overall``. ``options`` apply to every env, ``env_options[name]`` to one (and win)."""
+    per variant) and ``overall``. ``options`` apply to every env, ``env_options[name]`` to one (and win).
+    ``progress``: a bar of turns played on stderr."""
     from ragen.models import load_model_and_tokenizer
 
     names = [env_name] if isinstance(env_name, str) else list(dict.fromkeys(env_name))
@@ -32,8 +35,10 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
     groups = EnvGroups(specs, group_size=k, split="val")
     groups.seed_of = lambda step, g: 123 + g % n_groups  # type: ignore[method-assign]  # each env: seeds 123.., k members
     try:
-        res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=temperature, seed=seed),
-                          parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len, chat_format=fmt)
+        with progress_bar(0, 0, progress, desc="eval", unit="turn") as bar:
+            res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=temperature, seed=seed),
+                              parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len,
+                              chat_format=fmt, progress=bar)
     finally:
         groups.close()
     failed = _failed_by_env(res.errors, names)

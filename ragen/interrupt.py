@@ -37,9 +37,11 @@ class GracefulInterrupt:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        # a plain line, not a log event: it must appear even while a progress bar owns the terminal line
-        print(f"\ninterrupt: finishing {self.what}, then saving (Ctrl-C again stops at once, losing it)",
-              file=sys.stderr, flush=True)
+        # a plain line, not a log event, written around any progress bar (tqdm.write)
+        from tqdm import tqdm
+
+        tqdm.write(f"interrupt: finishing {self.what}, then saving (Ctrl-C again stops at once, losing it)",
+                   file=sys.stderr)
 
 
 _active: GracefulInterrupt | None = None

@@ -29,7 +29,7 @@ def configure_logging(level: int = logging.INFO) -> None:
             structlog.dev.ConsoleRenderer(colors=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=BarSafeStderr()),
         cache_logger_on_first_use=False,
     )
 
@@ -130,11 +130,32 @@ def generations_table(rows: list[dict]):
     return wandb_lib.Table(columns=list(GENERATION_COLUMNS), data=data)
 
 
-def progress(total: int, initial: int, enabled: bool, desc: str = "train", unit: str = "step"):
+def progress(total: int, initial: int, enabled: bool, desc: str = "train", unit: str = "step", leave: bool = True):
+    """A tqdm bar on stderr (rate and ETA); ``leave=False`` for a phase inside another bar's step (validation)."""
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, disable=not enabled, desc=desc, unit=unit, dynamic_ncols=True,
-                file=sys.stderr)
+                file=sys.stderr, leave=leave)
+
+
+class BarSafeStderr:
+    """stderr for log lines: each whole line goes out through ``tqdm.write``, which lifts any progress bar, prints the
+    line and redraws the bar, so log events never land in the middle of a bar."""
+
+    def __init__(self) -> None:
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        from tqdm import tqdm
+
+        self._pending += text
+        while "\n" in self._pending:
+            line, self._pending = self._pending.split("\n", 1)
+            tqdm.write(line, file=sys.stderr)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 class NullWriter:

@@ -78,15 +78,17 @@ class ExpertEngine:
 
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,
-                 max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE):
+                 max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE, progress: bool = False):
     """Play ``episodes`` expert episodes (seeds from ``seed_base``, 900000) through the rollout loop; returns the
-    rollout result (trajectories and metrics)."""
+    rollout result (trajectories and metrics). ``progress``: show a bar of turns played."""
     engine = ExpertEngine(tokenizer, chat_format.eos_id, chat_format.enable_think, noise=noise, seed=seed)
     groups = EnvGroups([GroupSpec(env_name, episodes, dict(options))], group_size=1, split="train")
     groups.seed_of = lambda step, g: seed_base + g  # type: ignore[method-assign]
     try:
-        res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=0.0, seed=seed), max_model_len=max_model_len,
-                          chat_format=chat_format, format_penalty=format_penalty)
+        with progress_bar(0, 0, progress, desc=f"expert demos ({env_name})", unit="turn") as bar:
+            res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=0.0, seed=seed),
+                              max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty,
+                              progress=bar)
     finally:
         groups.close()
     return res
@@ -176,7 +178,8 @@ def _run_demos(cfg, tokenizer, fmt):
         if n:
             own = ChatFormat(tokenizer, enable_think=_parser_thinks(p.parser)) if p.parser else fmt
             results.append(expert_demos(tokenizer, own, p.name, dict(p.options), n, w.noise, w.seed,
-                                        cfg.rollout.max_model_len, cfg.trainer.format_penalty))
+                                        cfg.rollout.max_model_len, cfg.trainer.format_penalty,
+                                        progress=cfg.logging.progress))
     if len(results) == 1:
         return results[0]
     trajs = [t for r in results for t in r.trajectories]

@@ -587,7 +587,10 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------------
     def validate(self) -> dict:
-        result = self._gather(self._rollout.val_batch(policy_version=self.step_idx, seed=self._seed(3, self.step_idx)))
+        bar = progress(0, 0, self.cfg.logging.progress and dp.is_main(), desc="validation", unit="turn", leave=False)
+        with bar:
+            result = self._gather(self._rollout.val_batch(policy_version=self.step_idx, seed=self._seed(3, self.step_idx),
+                                                          progress=bar))
         self.writer.trajectories("val_trajectories.jsonl", [{"step": self.step_idx, **t.to_dict()} for t in result.trajectories])
         return {f"val/{k}": v for k, v in result.metrics.items()}
 

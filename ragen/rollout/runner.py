@@ -126,6 +126,7 @@ def run_rollout(
     max_context_window: int = 0,
     env_workers: int = 1,
     overlap_chunks: int = 1,
+    progress: Any = None,
 ) -> RolloutResult:
     """Play one episode per slot to the end; returns ``RolloutResult(trajectories, failed_envs, errors, metrics)``.
 
@@ -139,7 +140,8 @@ def run_rollout(
     parser differs from ``parser`` (several envs in one run). ``max_context_window``: past turns each prompt holds
     (0 = all; ``ChatContext``). ``env_workers``: the env stepping pool (``stepping.EnvStepper``; trajectories do not
     depend on it); ``overlap_chunks``: generate a round in that many chunks of whole groups, stepping each chunk's
-    envs while the next one generates (docs/async-rollout.md).
+    envs while the next one generates (docs/async-rollout.md). ``progress``: a tqdm bar, set to the episodes' turn
+    budget and advanced as turns are played (an ended episode counts its unused turns as done).
     """
     stepper = EnvStepper(env_workers)
     fmt = chat_format or ChatFormat(tokenizer, enable_think=enable_think)
@@ -201,6 +203,8 @@ def run_rollout(
     failed: set[int] = set()
     rnd = 0
     active = [r for r in running if not r.done]
+    if progress is not None:  # counted in turns: most episodes end in the last rounds, a bar of episodes would sit at 0
+        progress.reset(total=sum(_turn_budget(r) for r in running))
     while active:
         rnd += 1
         buckets: dict[int, list[_Running]] = defaultdict(list)
@@ -231,6 +235,8 @@ def run_rollout(
                 run.done = True
         timing["env_s"] += time.perf_counter() - t0
         active = [r for r in active if not r.done]
+        if progress is not None:
+            progress.update(_turns_done(running) - progress.n)
     stepper.close()
 
     trajectories = [r.traj for r in running if id(r) not in failed]
@@ -238,6 +244,14 @@ def run_rollout(
     result.metrics = rollout_metrics(trajectories, failed_envs=len(errors))
     result.metrics.update({f"time/{k}": v for k, v in timing.items()})
     return result
+
+
+def _turn_budget(run: _Running) -> int:
+    return int(getattr(run.slot.env.config, "max_turns", 1) or 1)
+
+
+def _turns_done(running: list[_Running]) -> int:
+    return sum(_turn_budget(r) if r.done else min(r.episode.turn, _turn_budget(r)) for r in running)
 
 
 def _apply(
@@ -402,7 +416,8 @@ class Rollout:
             self._val_groups = EnvGroups.validation(specs, **self._factory)
         return self._val_groups
 
-    def _run(self, groups: EnvGroups, step: int, sampling: SamplingParams, policy_version: int) -> RolloutResult:
+    def _run(self, groups: EnvGroups, step: int, sampling: SamplingParams, policy_version: int,
+             progress: Any = None) -> RolloutResult:
         r = self.cfg.rollout
         return run_rollout(
             self.engine, self.tokenizer, groups, sampling, parser=self.parser, max_model_len=int(r.max_model_len),
@@ -410,6 +425,7 @@ class Rollout:
             format_penalty=self.format_penalty, response_length=self.response_length, parsers=self.parsers,
             max_context_window=int(getattr(r, "max_context_window", 0) or 0),
             env_workers=int(getattr(r, "env_workers", 1) or 1), overlap_chunks=int(getattr(r, "overlap_chunks", 1) or 1),
+            progress=progress,
         )
 
     def train_batch(self, step: int, policy_version: int = 0, seed: int | None = None) -> RolloutResult:
@@ -417,9 +433,9 @@ class Rollout:
         params = SamplingParams(temperature=float(r.temperature), top_p=float(r.top_p), seed=seed)
         return self._run(self.train_groups, step, params, policy_version)
 
-    def val_batch(self, policy_version: int = 0, seed: int | None = None) -> RolloutResult:
+    def val_batch(self, policy_version: int = 0, seed: int | None = None, progress: Any = None) -> RolloutResult:
         params = SamplingParams(temperature=float(self.cfg.rollout.val_temperature), top_p=1.0, seed=seed)
-        return self._run(self.val_groups, 0, params, policy_version)
+        return self._run(self.val_groups, 0, params, policy_version, progress=progress)
 
     def close(self) -> None:
         for groups in (self.train_groups, self._val_groups):
