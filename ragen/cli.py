@@ -387,9 +387,6 @@ def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, 
     from ragen.interrupt import GracefulInterrupt
 
     with GracefulInterrupt("the current training step"):  # a first Ctrl-C: finish the step, checkpoint, exit
-        from ragen.interrupt import GracefulInterrupt
-
-    with GracefulInterrupt("the current training step"):  # a first Ctrl-C: finish the step, checkpoint, exit
         run_dir = train(cfg, resume=resume, warmstart=warmstart)
     if int(os.environ.get("RANK", "0")) == 0:
         from ragen.summary import format_summary, run_summary

@@ -287,10 +287,6 @@ def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str
 
             log.info("builtin_model_build", model=name, path=str(out),
                      note="one-time set-up: training its tokenizer on the envs' text, then a random init (seconds)")
-            from ragen.runlog import log
-
-            log.info("builtin_model_build", model=name, path=str(out),
-                     note="one-time set-up: training its tokenizer on the envs' text, then a random init (seconds)")
             build_tiny_model(out, env_names, **BUILTIN_MODELS[name])
         return ModelSource(name, "tiny", str(out))
     if name == "smollm2":

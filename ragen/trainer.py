@@ -174,7 +174,6 @@ class Trainer:
         self.collapse = self._make_collapse()
         self.step_idx = 0
         self.interrupted, self.saved_step = False, None  # Ctrl-C asked to stop (ragen/interrupt.py); last checkpoint
-        self.interrupted, self.saved_step = False, None  # Ctrl-C asked to stop (ragen/interrupt.py); last checkpoint
         self.skipped_in_a_row, self.fatal = 0, None  # consecutive skipped updates; the error that ends the run
         self.writer = NullWriter() if not dp.is_main() else RunWriter(
             self.run_dir, provenance.resolved_config(cfg), wandb=cfg.logging.wandb, wandb_project=cfg.logging.wandb_project,
