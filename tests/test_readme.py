@@ -42,3 +42,15 @@ def test_the_setup_script_names_pytorchs_cpu_index_and_falls_back_to_the_default
     assert "https://download.pytorch.org/whl/cpu" in script
     assert "cannot be reached; torch comes from the default index" in script
     assert "https://download.pytorch.org/whl/cpu" in (ROOT / "README.md").read_text()
+
+
+def test_the_readme_names_every_registered_env_variant_and_every_config_section():
+    import attrs
+
+    from ragen.config import RunConfig
+    from ragen.plugins import get_registry
+
+    readme = (ROOT / "README.md").read_text()
+    assert [c.name for c in get_registry("env") if f"`{c.name}`" not in readme] == []
+    section = readme.split("### Configuration\n", 1)[1].strip().split("\n\n")[0]
+    assert [f.name for f in attrs.fields(RunConfig) if f"`{f.name}`" not in section] == []
