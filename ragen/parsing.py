@@ -59,10 +59,11 @@ def _think_answer(text: str) -> Parsed:
 
 
 def parse_response(response: str, enable_think: bool = True) -> Parsed:
-    """Parse a response. With ``enable_think`` (the default) the text is ``"<think>" + response`` (the core prefills
-    ``<think>``) and must hold ``...</think>`` then ``<answer>...</answer>``; a lone ``<answer>...</answer>`` does NOT
-    match then (its prefilled ``<think>`` is never closed). Only with ``enable_think=False`` is the first closed
-    ``<answer>...</answer>`` alone enough."""
+    """Parse a response. With ``enable_think`` (the default) the text is ``"<think>" + response``, or the response as
+    it is when it already starts with ``<think>`` (after whitespace; the rollout passes the prefilled ``<think>``), and
+    must hold ``...</think>``, optional whitespace, then ``<answer>...</answer>``; a lone ``<answer>...</answer>`` does
+    NOT match then (its ``<think>`` is never closed). Only with ``enable_think=False`` is the first closed
+    ``<answer>...</answer>`` alone enough. Tags and chat special tokens inside the think and answer are removed."""
     if enable_think:
         text = response if response.lstrip().startswith("<think>") else "<think>" + response
         return _think_answer(text)
