@@ -85,3 +85,17 @@ def test_run_folder_names_everything_and_reruns_identically(tmp_path):
     first = [_computed(row) for row in rows if row["step"] == 1]
     assert first == [_computed(row) for row in again if row["step"] == 1] and "reward/mean" in first[0]
     assert yaml.safe_load((tmp_path / "again" / "config.yaml").read_text())["algo"] == config["algo"]
+
+
+def test_rerun_from_config_yaml_finds_the_same_warm_start():
+    """The warm-start cache is keyed by the resolved env and parser options, so `--config RUN/config.yaml` (every option
+    written out) reuses the run's warm start, and a changed option does not."""
+    from ragen.cli import _run_config
+    from ragen.config import RunConfig, structure
+    from ragen.provenance import resolved_config
+    from ragen.warmstart import cache_key
+
+    cfg = _run_config(None, ["env.name=frozenlake"])
+    assert cache_key(structure(RunConfig, resolved_config(cfg))) == cache_key(cfg)
+    assert cache_key(_run_config(None, ["env.name=frozenlake", "env.options.max_turns=3"])) != cache_key(cfg)
+    assert cache_key(_run_config(None, ["env.name=frozenlake", "rollout.parser_options.enable_think=false"])) != cache_key(cfg)
