@@ -372,6 +372,9 @@ class WarmstartSection:
     epochs: int = option(4, "Passes over the demonstrations (4: > 90% valid format on frozenlake and sokoban, docs/models.md).")
     lr: float = option(2e-3, "Peak SFT learning rate (5% warm-up, then linear decay to 10%); built-in models start random.")
     batch_size: int = option(4, "Demonstrations per optimizer step (small batches: more updates for the same CPU time).")
+    prompt_loss_weight: float | None = option(None, "Loss weight of the prompt and env tokens beside the sampled ones; None "
+                                                    "= 1.0 for a built-in model (a random model must learn to read the "
+                                                    "state from the prompts: docs/models.md), 0.0 for a real model.")
 
 
 @attrs.frozen(kw_only=True)
@@ -470,7 +473,7 @@ RANGES: dict[type, dict[str, Range]] = {
         "max_skipped_updates": AT_LEAST_1,
     },
     WarmstartSection: {"seed": SEED, "episodes": AT_LEAST_1, "noise": PROBABILITY, "epochs": AT_LEAST_1, "lr": POSITIVE,
-                       "batch_size": AT_LEAST_1},
+                       "batch_size": AT_LEAST_1, "prompt_loss_weight": NON_NEGATIVE},
     EarlyStopSection: {"empty_stop_steps": NON_NEGATIVE, "rv_baseline_steps": NON_NEGATIVE, "rv_patience": AT_LEAST_1,
                        "rv_ratio": PROBABILITY, "val_min_success": PROBABILITY, "val_patience": NON_NEGATIVE},
     CollapseSection: {"compute_freq": AT_LEAST_1, "num_samples": Range(2), "micro_batch_size": AT_LEAST_1,

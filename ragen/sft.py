@@ -95,8 +95,12 @@ def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes:
 
 
 def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_batch_size: int, seed: int,
-        chunk: int = 256, device: torch.device | None = None, progress: bool = False, stop=None) -> dict:
+        chunk: int = 256, device: torch.device | None = None, progress: bool = False, stop=None,
+        prompt_weight: float = 0.0) -> dict:
     """Cross-entropy on the sampled (mask-1) tokens of ``trajectories``, one DeepSpeed step per mini-batch.
+
+    ``prompt_weight`` > 0 adds the prompt and env tokens to the loss with that weight (``loss_weights``): language
+    modelling of the env's own text, which is how a randomly initialised model learns to read the state.
 
     ``stop()`` True (a first Ctrl-C, ragen/interrupt.py) ends training after the current update; the metrics then
     carry ``sft/interrupted`` 1.0."""
@@ -116,13 +120,14 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
                 interrupted = True
                 break
             micros = [batch.rows(r) for r in micro_batches(mini, micro_batch_size)]
-            norm = AggNorm.of([m.loss_mask for m in micros])
+            weights = [loss_weights(m, prompt_weight) for m in micros]
+            norm = AggNorm.of(weights)
             total = 0.0
-            for m in micros:
+            for m, weight in zip(micros, weights):
                 hidden = module.get_decoder()(input_ids=m.input_ids, attention_mask=m.attention_mask,
                                               position_ids=m.position_ids).last_hidden_state
                 lp, _ = token_logprobs(hidden, module.get_output_embeddings(), m.input_ids, chunk=chunk)
-                loss = aggregate(-lp, m.loss_mask, "token-mean", norm)
+                loss = aggregate(-lp, weight, "token-mean", norm)
                 engine.backward(loss)
                 total += float(loss.detach())
             engine.step()
@@ -134,6 +139,22 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
     bar.close()
     return {"sft/loss_first": losses[0] if losses else 0.0, "sft/loss_last": losses[-1] if losses else 0.0,
             "sft/updates": len(losses), **({"sft/interrupted": 1.0} if interrupted else {})}
+
+
+def loss_weights(batch, prompt_weight: float) -> torch.Tensor:
+    """Per-token SFT loss weights: 1 on the sampled tokens, ``prompt_weight`` on every other real token that has a
+    prediction (the first token of a row has none), 0 on padding.
+
+    Why the prompt counts for the built-in models (docs/models.md, "Reading the state"): trained on the responses
+    alone, the 2-layer models never learnt to copy from the prompt (the bandit answer's arm name and the FrozenLake
+    player's coordinates were predicted at chance), so the warm-started policy was blind to the state. The prompts
+    are full of copies (the arm names listed, then quoted in the answer format; the player's coordinates and the
+    grid), and modelling them teaches the attention that reading the state needs."""
+    if prompt_weight <= 0:
+        return batch.loss_mask
+    context = (batch.attention_mask > 0).float() - batch.loss_mask
+    context[:, 0] = 0.0
+    return batch.loss_mask + prompt_weight * context.clamp(min=0.0)
 
 
 class TorchOptimizer:
@@ -187,6 +208,17 @@ def _run_demos(cfg, tokenizer, fmt):
     return RolloutResult(trajs, failed, [e for r in results for e in r.errors], rollout_metrics(trajs, failed))
 
 
+def prompt_weight(cfg) -> float:
+    """``warmstart.prompt_loss_weight``, or its default: 1.0 for a built-in (randomly initialised) model, which must
+    learn to read the env's text, 0.0 for a real model (plain response-only SFT)."""
+    from ragen.models import BUILTIN_MODELS
+
+    w = cfg.warmstart.prompt_loss_weight
+    if w is not None:
+        return w
+    return 1.0 if cfg.model.name in BUILTIN_MODELS else 0.0
+
+
 def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict:
     """Fine-tune ``cfg.model`` on ``cfg.warmstart.episodes`` expert demos of ``cfg.env`` and save it in ``out``.
 
@@ -214,7 +246,7 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
                              total_steps=updates)
         metrics = sft(opt, tokenizer, demos.trajectories, epochs=w.epochs, batch_size=w.batch_size,
                       micro_batch_size=cfg.trainer.micro_batch_size, seed=w.seed, chunk=cfg.trainer.logprob_chunk,
-                      device=device, progress=cfg.logging.progress, stop=stop)
+                      device=device, progress=cfg.logging.progress, stop=stop, prompt_weight=prompt_weight(cfg))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     shutil.rmtree(out / "model-source", ignore_errors=True)
