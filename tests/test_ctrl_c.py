@@ -13,7 +13,7 @@ import pytest
 
 from conftest import TINY, ragen_cmd
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # minutes each on a loaded 2-core machine
 
 SMALL_RUN = [*TINY, "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=24",
              "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4", "trainer.save_freq=100", "logging.progress=false"]
@@ -24,7 +24,7 @@ def start(args: list[str], cwd: Path, stderr_file: Path) -> subprocess.Popen:
                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-def wait_for(condition, proc: subprocess.Popen, timeout: float = 400) -> None:
+def wait_for(condition, proc: subprocess.Popen, timeout: float = 1200) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert proc.poll() is None, "the command ended before the interrupt"
@@ -40,7 +40,7 @@ def metric_steps(run: Path) -> list[int]:
 def test_ctrl_c_during_step_2_checkpoints_step_2_and_the_run_resumes(tmp_path):
     run = tmp_path / "r"
     err = tmp_path / "stderr.txt"
-    proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=4",
+    proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=4", "trainer.save_freq=1",
                   f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err)
     wait_for(lambda: 1 in metric_steps(run), proc)  # step 1 written: step 2 is running
     proc.send_signal(signal.SIGINT)
@@ -55,6 +55,8 @@ def test_ctrl_c_during_step_2_checkpoints_step_2_and_the_run_resumes(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "run_resumed" in res.stderr and f"step={done}" in res.stderr
     assert (run / "final" / "config.json").is_file() and metric_steps(run)[-1] == 4
+    # a checkpoint after every step, the newest trainer.keep_checkpoints (default 2) kept
+    assert sorted(p.name for p in (run / "checkpoints" / "actor").glob("step*")) == ["step3", "step4"]
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path):
