@@ -6,7 +6,8 @@ A problem (spec §8, also the JSONL format): ``task_id``, ``prompt``, optional `
 * ``{"type": "stdio", "input": str, "output": str}``
 * ``{"type": "functional", "fn_name": str, "args": [...], "expected": <JSON>}`` (optional ``accept``: more values
   that also count as right — TACO stores call-based outputs both bare and wrapped in a list)
-* ``{"type": "assert", "code": str}`` (pass = runs without an exception after the solution)
+* ``{"type": "assert", "code": str}`` (pass = runs without an exception after the solution; a call the code tests for
+  bare truth, ``assert f(x)`` / ``assert not f(x)``, must return a real bool: harness.py ``_truth_tested``)
 
 Every source is read once per process and cached; problems are in file order (HumanEval in task order, the HF
 train split as primeintellect, taco, lcbv5 train; the eval split as codeforces, lcbv5 test).
