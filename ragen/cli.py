@@ -447,6 +447,9 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, parse
     if len(names) > 1:
         rows = [[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()] + [["overall", *_eval_row(metrics["overall"], k)]]
         _table(["env", "success", "reward", "valid format", f"pass@{k}", "failed"], rows)
+    click.echo(f"trajectories: {out / 'trajectories.jsonl'}\nviewer: {out / 'report.html'}")
+
+
 def _env_options(items: tuple[str, ...], names: list[str]) -> tuple[dict, dict[str, dict]]:
     """``-o`` values: KEY=VALUE for every env, ENV:KEY=VALUE for one (the env must be among ``names``)."""
     shared, per_env = [], {n: [] for n in names}
@@ -467,9 +470,6 @@ def _env_options(items: tuple[str, ...], names: list[str]) -> tuple[dict, dict[s
 def _eval_row(m: dict, k: int) -> list[str]:
     return [f"{m['success_rate']:.3f}", f"{m['reward_mean']:.3f}", f"{m['valid_format_rate']:.3f}", f"{m[f'pass@{k}']:.3f}",
             str(m["failed_envs"])]
-
-
-    click.echo(f"trajectories: {out / 'trajectories.jsonl'}\nviewer: {out / 'report.html'}")
 
 
 # ---- looking at runs ----------------------------------------------------------------------------------------
