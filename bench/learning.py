@@ -33,8 +33,10 @@ RESULTS = Path(__file__).parent / "results"
 
 #: per env: RL steps, validation every N steps, and env-specific overrides. Matched across algorithms by design.
 ENVS: dict[str, dict] = {
-    "frozenlake": {"steps": 20, "test_freq": 10, "overrides": []},
-    "sokoban": {"steps": 20, "test_freq": 10, "overrides": []},
+    # 12 warm-start epochs: with the prompt in the loss the small model reads the state after 12 epochs, not after 4
+    # (docs/models.md, "Reading the state")
+    "frozenlake": {"steps": 20, "test_freq": 10, "overrides": ["warmstart.epochs=12"]},
+    "sokoban": {"steps": 20, "test_freq": 10, "overrides": ["warmstart.epochs=12"]},
     # the expert always pulls the high-risk arm: noisy demos (half the pulls random) leave RL room above imitation;
     # one-turn episodes are cheap, so the warm start gets more passes (the copy of an arm name from the prompt is
     # learnt late)
