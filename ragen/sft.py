@@ -99,8 +99,8 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
         prompt_weight: float = 0.0) -> dict:
     """Cross-entropy on the sampled (mask-1) tokens of ``trajectories``, one DeepSpeed step per mini-batch.
 
-    ``prompt_weight`` > 0 adds the prompt and env tokens to the loss with that weight (``loss_weights``): language
-    modelling of the env's own text, which is how a randomly initialised model learns to read the state.
+    ``prompt_weight`` > 0 adds ``prompt_weight`` x the token-mean loss of the prompt and env tokens (``context_mask``):
+    language modelling of the env's own text, which is how a randomly initialised model learns to read the state.
 
     ``stop()`` True (a first Ctrl-C, ragen/interrupt.py) ends training after the current update; the metrics then
     carry ``sft/interrupted`` 1.0."""
@@ -120,14 +120,17 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
                 interrupted = True
                 break
             micros = [batch.rows(r) for r in micro_batches(mini, micro_batch_size)]
-            weights = [loss_weights(m, prompt_weight) for m in micros]
-            norm = AggNorm.of(weights)
+            contexts = [context_mask(m) if prompt_weight > 0 else None for m in micros]
+            norm = AggNorm.of([m.loss_mask for m in micros])
+            ctx_norm = AggNorm.of(contexts) if prompt_weight > 0 else None
             total = 0.0
-            for m, weight in zip(micros, weights):
+            for m, ctx in zip(micros, contexts):
                 hidden = module.get_decoder()(input_ids=m.input_ids, attention_mask=m.attention_mask,
                                               position_ids=m.position_ids).last_hidden_state
                 lp, _ = token_logprobs(hidden, module.get_output_embeddings(), m.input_ids, chunk=chunk)
-                loss = aggregate(-lp, weight, "token-mean", norm)
+                loss = aggregate(-lp, m.loss_mask, "token-mean", norm)
+                if ctx is not None:  # its own token mean: the prompt's many tokens do not dilute the responses' loss
+                    loss = loss + prompt_weight * aggregate(-lp, ctx, "token-mean", ctx_norm)
                 engine.backward(loss)
                 total += float(loss.detach())
             engine.step()
@@ -141,20 +144,18 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
             "sft/updates": len(losses), **({"sft/interrupted": 1.0} if interrupted else {})}
 
 
-def loss_weights(batch, prompt_weight: float) -> torch.Tensor:
-    """Per-token SFT loss weights: 1 on the sampled tokens, ``prompt_weight`` on every other real token that has a
-    prediction (the first token of a row has none), 0 on padding.
+def context_mask(batch) -> torch.Tensor:
+    """1 on every real token that is not sampled and has a prediction (prompts and env replies; the first token of a
+    row has none), 0 on the sampled tokens and on padding: the tokens the warm start's prompt loss covers.
 
     Why the prompt counts for the built-in models (docs/models.md, "Reading the state"): trained on the responses
     alone, the 2-layer models never learnt to copy from the prompt (the bandit answer's arm name and the FrozenLake
     player's coordinates were predicted at chance), so the warm-started policy was blind to the state. The prompts
     are full of copies (the arm names listed, then quoted in the answer format; the player's coordinates and the
     grid), and modelling them teaches the attention that reading the state needs."""
-    if prompt_weight <= 0:
-        return batch.loss_mask
     context = (batch.attention_mask > 0).float() - batch.loss_mask
     context[:, 0] = 0.0
-    return batch.loss_mask + prompt_weight * context.clamp(min=0.0)
+    return context.clamp(min=0.0)
 
 
 class TorchOptimizer:

@@ -1,11 +1,11 @@
-"""The warm start's loss weights: sampled tokens 1, prompt and env tokens ``prompt_loss_weight``, padding 0."""
+"""The warm start's prompt loss: which tokens it covers, and when it is on."""
 
 import torch
 
 from ragen.batch import collate
 from ragen.config import load_config
 from ragen.rollout.trajectory import Trajectory
-from ragen.sft import loss_weights, prompt_weight
+from ragen.sft import context_mask, prompt_weight
 
 
 def _traj(n_prompt: int, n_sampled: int, n_env: int, n_sampled2: int) -> Trajectory:
@@ -15,12 +15,12 @@ def _traj(n_prompt: int, n_sampled: int, n_env: int, n_sampled2: int) -> Traject
                       loss_mask=mask, rollout_logprobs=[0.0] * len(ids), segments=[])
 
 
-def test_loss_weights_cover_prompt_and_env_tokens_but_not_padding_or_the_first_token():
+def test_context_mask_covers_prompt_and_env_tokens_but_not_sampled_padding_or_the_first_token():
     batch = collate([_traj(3, 2, 2, 1), _traj(2, 1, 0, 0)], pad_id=0, scores=[0.0, 0.0])
-    assert torch.equal(loss_weights(batch, 0.0), batch.loss_mask)  # the default for real models: response-only SFT
-    w = loss_weights(batch, 0.5)
-    assert w[0].tolist() == [0.0, 0.5, 0.5, 1.0, 1.0, 0.5, 0.5, 1.0]
-    assert w[1].tolist() == [0.0, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # right padding has no weight
+    ctx = context_mask(batch)
+    assert ctx[0].tolist() == [0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+    assert ctx[1].tolist() == [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # right padding is not covered
+    assert not (ctx * batch.loss_mask).any()
 
 
 def test_prompt_loss_defaults_to_on_for_built_in_models_only():
