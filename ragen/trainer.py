@@ -357,7 +357,10 @@ class Trainer:
         end = int(sampled[-1]) + 1 if len(sampled) else min(2, width)
         ids, lmask = batch.input_ids[:, :end], batch.loss_mask[:, :end]
         plan = None  # packed history-window rows (blocks) restart positions: the plain path
-        if self.share_prefix and "blocks" not in batch.extra and shareable(module):
+        # ZeRO-2 reduces each gradient in a hook as soon as it is ready: a parameter used by both passes would be
+        # reduced twice, once half-accumulated (grad norm 2.4% off stage 0 in test_distributed), so stage 2 runs rows whole
+        if (self.share_prefix and self.cfg.trainer.zero_stage < 2 and "blocks" not in batch.extra
+                and shareable(module)):
             plan = prefix_plan(ids, lmask)
         if plan is None:
             hidden = module.get_decoder()(input_ids=ids, attention_mask=model_attention(batch, module, end),
