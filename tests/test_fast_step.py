@@ -176,17 +176,26 @@ def test_token_micro_batches_keep_each_within_the_budget_and_every_row_once():
 
 def test_token_budget_update_matches_row_count_update(tmp_path):
     """The same step with micro_batch_tokens and with micro_batch_size: the gradient does not depend on the cut."""
-    weights = []
-    for extra in (["trainer.micro_batch_size=1"], ["trainer.micro_batch_tokens=600"]):
-        t = Trainer(load_config(overrides=[*SMALL, f"logging.run_dir={tmp_path}", "trainer.actor_lr=1e-3", *extra]),
-                    tmp_path / extra[0].split("=")[0])
-        try:
-            t.step()
-            weights.append({k: v.detach().clone() for k, v in t.actor.module.named_parameters()})
-        finally:
-            t.close()
-    for k in weights[0]:
-        assert torch.allclose(weights[0][k], weights[1][k], atol=1e-6), k
+    weights = [_weights_after_one_step([*SMALL, f"logging.run_dir={tmp_path}", "trainer.actor_lr=1e-3", *extra],
+                                       tmp_path / extra[0].split("=")[0])
+               for extra in (["trainer.micro_batch_size=1"], ["trainer.micro_batch_tokens=600"])]
+    _assert_same_weights(*weights)
+
+
+def _weights_after_one_step(overrides: list[str], run_dir, share_prefix: bool = True) -> dict:
+    """The actor's weights after one training step of a fresh Trainer."""
+    t = Trainer(load_config(overrides=overrides), run_dir)
+    t.share_prefix = share_prefix
+    try:
+        t.step()
+        return {k: v.detach().clone() for k, v in t.actor.module.named_parameters()}
+    finally:
+        t.close()
+
+
+def _assert_same_weights(a: dict, b: dict) -> None:
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-6), k
 
 
 # ---- thread policy and no run-time compilation -----------------------------------------------------------------
@@ -317,18 +326,9 @@ def test_shared_prompt_pass_gives_the_plain_passes_log_probs_and_gradients(train
 
 def test_step_with_shared_prompt_passes_matches_the_plain_step(tmp_path):
     """One whole step each way (countdown: the prompt is most of each row): the same weights afterwards."""
-    weights = []
-    for share in (False, True):
-        t = Trainer(load_config(overrides=[*SMALL, "env.name=countdown", f"logging.run_dir={tmp_path}",
-                                           "trainer.actor_lr=1e-3"]), tmp_path / f"share-{share}")
-        t.share_prefix = share
-        try:
-            t.step()
-            weights.append({k: v.detach().clone() for k, v in t.actor.module.named_parameters()})
-        finally:
-            t.close()
-    for k in weights[0]:
-        assert torch.allclose(weights[0][k], weights[1][k], atol=1e-6), k
+    overrides = [*SMALL, "env.name=countdown", f"logging.run_dir={tmp_path}", "trainer.actor_lr=1e-3"]
+    _assert_same_weights(*(_weights_after_one_step(overrides, tmp_path / f"share-{share}", share_prefix=share)
+                           for share in (False, True)))
 
 
 def test_trainer_recomputes_for_a_bf16_or_vllm_engine(trainer, rollout):
