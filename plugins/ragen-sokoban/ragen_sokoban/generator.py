@@ -373,17 +373,12 @@ def generate(seed: int, rows: int = 6, cols: int = 6, num_boxes: int = 1, search
     ``max_moves`` moves (None: any solution) and at least ``min_pushes`` optimal pushes."""
     if num_boxes == 1 and max_moves is not None and rows * cols <= 256:
         level = _generate_one_box(seed, rows, cols, search_depth, min_pushes, max_moves, player_displacement)
-        if level is not None:
-            return level
-        raise GenerationError(
-            f"no {rows}x{cols} level with 1 box, min_pushes={min_pushes}, max_moves={max_moves} "
-            f"after {MAX_ATTEMPTS} attempts for seed {seed}"
-        )
-    for attempt, lay, targets, player, boxes in _candidates(seed, rows, cols, num_boxes, search_depth,
-                                                            player_displacement, allow_box_on_target):
-        level = verify(lay, targets, player, boxes, min_pushes, max_moves, attempt)
-        if level is not None:
-            return level
+    else:
+        level = next((found for attempt, lay, targets, player, boxes
+                      in _candidates(seed, rows, cols, num_boxes, search_depth, player_displacement, allow_box_on_target)
+                      if (found := verify(lay, targets, player, boxes, min_pushes, max_moves, attempt)) is not None), None)
+    if level is not None:
+        return level
     raise GenerationError(
         f"no {rows}x{cols} level with {num_boxes} box(es), min_pushes={min_pushes}, max_moves={max_moves} "
         f"after {MAX_ATTEMPTS} attempts for seed {seed}"
