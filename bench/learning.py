@@ -24,6 +24,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
@@ -173,6 +174,7 @@ def plot(runs: list[dict], experts: dict, demos: dict, path: Path) -> None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -206,19 +208,39 @@ def main() -> None:
     # the warm start of each env first, alone (it is cached: every run of that env then starts from it)
     for env in envs:
         warm_start(env, args, root / "warm")
-    jobs = [(env, algo, seed) for env in envs for seed in range(seeds) for algo in args.algos]
-    print(f"{len(jobs)} runs, {args.jobs} at a time, {args.threads} torch thread(s) each; runs in {root}", flush=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        runs = list(pool.map(lambda j: run_one(*j, args, root), jobs))
     experts = {env: expert_success(env, args.val_seeds) for env in envs}
-    demos = {r["env"]: r["demo_success"] for r in runs if r.get("demo_success") is not None}
-    table = summarise(runs, experts)
+    # seed-major: a run cut short still has every env and algorithm at the seeds it finished
+    jobs = [(env, algo, seed) for seed in range(seeds) for env in envs for algo in args.algos]
+    print(f"{len(jobs)} runs, {args.jobs} at a time, {args.threads} torch thread(s) each; runs in {root}", flush=True)
+    runs: list[dict] = []
+    lock = threading.Lock()
+
+    def one(job):
+        res = run_one(*job, args, root)
+        with lock:  # the JSON and PNG are rewritten after every run: a stopped benchmark keeps what it measured
+            runs.append(res)
+            write(runs, experts, args, out, t0, load, done=len(runs) == len(jobs), planned=len(jobs))
+        return res
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, jobs))
+    runs.sort(key=lambda r: (envs.index(r["env"]), args.algos.index(r["algo"]), r["seed"]))
+    table = write(runs, experts, args, out, t0, load, done=True, planned=len(jobs))
     print_table(table)
+    print(f"wrote {out} and {out.with_suffix('.png')} in {(time.perf_counter() - t0) / 60:.1f} min")
+
+
+def write(runs: list[dict], experts: dict, args, out: Path, t0: float, load, done: bool, planned: int) -> list[dict]:
+    """Summarise the runs so far into the JSON and the PNG; returns the table."""
+    table = summarise(runs, experts)
+    demos = {r["env"]: r["demo_success"] for r in runs if r.get("demo_success") is not None}
     result = {
         "benchmark": "learning", "date": date.today().isoformat(),
         "machine": f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()}".strip(),
-        "load_avg_at_start": [round(x, 2) for x in load], "python": platform.python_version(),
-        "mode": "quick" if args.quick else "full", "model": args.model, "val_seeds": args.val_seeds,
+        "load_avg_at_start": [round(x, 2) for x in load], "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "mode": "quick" if args.quick else "full", "complete": done, "runs_done": len(runs), "runs_planned": planned,
+        "model": args.model, "val_seeds": args.val_seeds,
         "jobs": args.jobs, "threads_per_run": args.threads, "overrides": args.override,
         "wall_s": round(time.perf_counter() - t0, 1), "table": table, "runs": runs,
         "targets": "frozenlake and sokoban: best algo's gain >= 15 points and > 2 s.e.; starpo-s >= ppo; "
@@ -226,8 +248,9 @@ def main() -> None:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    plot(runs, experts, demos, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')} in {result['wall_s'] / 60:.1f} min")
+    if any(not r.get("failed") for r in runs):
+        plot(runs, experts, demos, out.with_suffix(".png"))
+    return table
 
 
 if __name__ == "__main__":
