@@ -184,14 +184,18 @@ class GAEConfig:
 
 
 def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float):
-    """Token-level GAE over mask-1 positions only (mask-0 positions are skipped, not discounted)."""
-    adv = torch.zeros_like(token_rewards, dtype=torch.float64)
-    for i in range(token_rewards.shape[0]):
-        pos = torch.nonzero(mask[i], as_tuple=False).flatten().tolist()
-        a = gae_positions([float(token_rewards[i, j]) for j in pos], [float(values[i, j]) for j in pos], gamma, lam)
-        adv[i, pos] = torch.tensor(a, dtype=torch.float64)
-    returns = (adv + values.to(torch.float64)) * mask
-    return adv.to(torch.float32), returns.to(torch.float32)
+    """Token-level GAE over mask-1 positions only (mask-0 positions are skipped, not discounted).
+
+    The recursion is a Python loop, so it runs on CPU copies (one transfer, not a device sync per token) and the
+    results go back to the inputs' device."""
+    device = token_rewards.device
+    r, v, m = (t.detach().to("cpu", torch.float64) for t in (token_rewards, values, mask))
+    adv = torch.zeros_like(r)
+    for i in range(r.shape[0]):
+        pos = torch.nonzero(m[i], as_tuple=False).flatten().tolist()
+        adv[i, pos] = torch.tensor(gae_positions(r[i, pos].tolist(), v[i, pos].tolist(), gamma, lam), dtype=torch.float64)
+    returns = (adv + v) * m
+    return adv.to(device, torch.float32), returns.to(device, torch.float32)
 
 
 def _finish(adv: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, whiten: bool) -> AdvantageOutput:
@@ -293,7 +297,7 @@ def make_bi_level_gae(config: BiLevelGAEConfig):
             a = bi_level_row(spans, [float(values[i, j]) for j in pos],
                              _turn_rewards(batch, i, len(spans), config.turn_rewards),
                              [_kl_part(batch, i, j) for j in pos], config)
-            adv[i, pos] = torch.tensor(a, dtype=torch.float64)
+            adv[i, pos] = torch.tensor(a, dtype=torch.float64, device=adv.device)
         returns = (adv + values) * mask
         return _finish(adv, returns, mask, config.whiten)
 

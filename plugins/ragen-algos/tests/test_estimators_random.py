@@ -5,6 +5,7 @@ import math
 import random
 import statistics
 
+import attrs
 import pytest
 import torch
 
@@ -237,3 +238,21 @@ def test_turn_estimators_need_values_and_turn_scores():
             ragen.make_component("estimator", name)(b)
     with pytest.raises(ValueError, match="turn_scores"):
         ragen.make_component("estimator", "turn-gae")(random_batch(0, turn_scores=False))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["grpo", "dr-grpo", "rloo", "reinforce++", "reinforce++-baseline", "gae", "turn-gae",
+                                  "bi-level-gae"])
+def test_estimators_on_cuda_match_cpu(name):
+    """The trainer hands estimators tensors on its device; on a GPU, gae and bi-level-gae wrote CPU tensors into CUDA
+    ones (found by the first StarPO-S run on an H100, docs/gpu.md)."""
+    b = random_batch(3, kl=True)
+    cuda = attrs.evolve(b, **{f.name: getattr(b, f.name).cuda() for f in attrs.fields(type(b))
+                              if getattr(b, f.name) is not None})
+    est = ragen.make_component("estimator", name)
+    cpu_out, gpu_out = est(b), est(cuda)
+    assert gpu_out.advantages.device.type == "cuda"
+    assert torch.allclose(gpu_out.advantages.cpu(), cpu_out.advantages, atol=1e-5)
+    if cpu_out.returns is not None:
+        assert torch.allclose(gpu_out.returns.cpu(), cpu_out.returns, atol=1e-5)
