@@ -374,9 +374,12 @@ def generate(seed: int, rows: int = 6, cols: int = 6, num_boxes: int = 1, search
     if num_boxes == 1 and max_moves is not None and rows * cols <= 256:
         level = _generate_one_box(seed, rows, cols, search_depth, min_pushes, max_moves, player_displacement)
     else:
-        level = next((found for attempt, lay, targets, player, boxes
-                      in _candidates(seed, rows, cols, num_boxes, search_depth, player_displacement, allow_box_on_target)
-                      if (found := verify(lay, targets, player, boxes, min_pushes, max_moves, attempt)) is not None), None)
+        level = None
+        for attempt, lay, targets, player, boxes in _candidates(seed, rows, cols, num_boxes, search_depth,
+                                                                player_displacement, allow_box_on_target):
+            level = verify(lay, targets, player, boxes, min_pushes, max_moves, attempt)
+            if level is not None:
+                break
     if level is not None:
         return level
     raise GenerationError(
