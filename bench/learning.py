@@ -212,26 +212,26 @@ def main() -> None:
     # seed-major: a run cut short still has every env and algorithm at the seeds it finished
     jobs = [(env, algo, seed) for seed in range(seeds) for env in envs for algo in args.algos]
     print(f"{len(jobs)} runs, {args.jobs} at a time, {args.threads} torch thread(s) each; runs in {root}", flush=True)
+    args.envs = envs
     runs: list[dict] = []
+    tables: list[list[dict]] = []
     lock = threading.Lock()
 
     def one(job):
         res = run_one(*job, args, root)
         with lock:  # the JSON and PNG are rewritten after every run: a stopped benchmark keeps what it measured
             runs.append(res)
-            write(runs, experts, args, out, t0, load, done=len(runs) == len(jobs), planned=len(jobs))
-        return res
+            tables.append(write(runs, experts, args, out, t0, load, planned=len(jobs)))
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, jobs))
-    runs.sort(key=lambda r: (envs.index(r["env"]), args.algos.index(r["algo"]), r["seed"]))
-    table = write(runs, experts, args, out, t0, load, done=True, planned=len(jobs))
-    print_table(table)
+    print_table(tables[-1])
     print(f"wrote {out} and {out.with_suffix('.png')} in {(time.perf_counter() - t0) / 60:.1f} min")
 
 
-def write(runs: list[dict], experts: dict, args, out: Path, t0: float, load, done: bool, planned: int) -> list[dict]:
-    """Summarise the runs so far into the JSON and the PNG; returns the table."""
+def write(runs: list[dict], experts: dict, args, out: Path, t0: float, load, planned: int) -> list[dict]:
+    """Summarise the runs so far (in env, algorithm, seed order) into the JSON and the PNG; returns the table."""
+    runs = sorted(runs, key=lambda r: (args.envs.index(r["env"]), args.algos.index(r["algo"]), r["seed"]))
     table = summarise(runs, experts)
     demos = {r["env"]: r["demo_success"] for r in runs if r.get("demo_success") is not None}
     result = {
@@ -239,7 +239,8 @@ def write(runs: list[dict], experts: dict, args, out: Path, t0: float, load, don
         "machine": f"{platform.machine()} {platform.processor() or ''} cpus={os.cpu_count()}".strip(),
         "load_avg_at_start": [round(x, 2) for x in load], "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
-        "mode": "quick" if args.quick else "full", "complete": done, "runs_done": len(runs), "runs_planned": planned,
+        "mode": "quick" if args.quick else "full",
+        "complete": len(runs) == planned, "runs_done": len(runs), "runs_planned": planned,
         "model": args.model, "val_seeds": args.val_seeds,
         "jobs": args.jobs, "threads_per_run": args.threads, "overrides": args.override,
         "wall_s": round(time.perf_counter() - t0, 1), "table": table, "runs": runs,
