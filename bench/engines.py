@@ -107,9 +107,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from ragen.models import load_model_and_tokenizer, resolve_model
+    from ragen.models.load import load_model_and_tokenizer, resolve_model
     from ragen.rollout import HFEngine
-    from ragen.rollout.vllm_engine import VLLMEngine
+    from ragen.rollout.vllm import VLLMEngine
 
     work = Path(tempfile.mkdtemp(prefix="ragen-engines-"))
     torch.manual_seed(0)

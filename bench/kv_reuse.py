@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ragen.models import load_model_and_tokenizer
+from ragen.models.load import load_model_and_tokenizer
 from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
 
 
@@ -73,7 +73,7 @@ def old_engine_class(commit: str):
     import importlib.util
     import subprocess
 
-    src = subprocess.run(["git", "show", f"{commit}:ragen/rollout/hf_engine.py"], capture_output=True, text=True,
+    src = subprocess.run(["git", "show", f"{commit}:ragen/rollout/hf.py"], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parent).stdout
     path = Path(tempfile.mkdtemp(prefix="ragen-old-engine-")) / f"hf_engine_{commit}.py"
     path.write_text(src)

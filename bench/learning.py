@@ -81,7 +81,7 @@ def run_one(env: str, algo: str, seed: int, args, root: Path) -> dict:
 def warm_start(env: str, args, root: Path) -> None:
     """Train (or find in the cache) the env's warm start, with the settings every run of the env will use."""
     from ragen.config import load_config
-    from ragen.warmstart import prepare
+    from ragen.warmstart.cache import prepare
 
     cfg = load_config(overrides=[f"env.name={env}", f"model.name={args.model}", *ENVS[env]["overrides"], *args.override])
     t0 = time.perf_counter()
@@ -92,8 +92,8 @@ def warm_start(env: str, args, root: Path) -> None:
 
 def expert_success(env: str, seeds: int) -> float:
     """The noiseless expert on the validation seeds, through the real rollout loop (the reference line)."""
-    from ragen.models import build_tiny_model
-    from ragen.sft import expert_demos
+    from ragen.models.load import build_tiny_model
+    from ragen.warmstart.sft import expert_demos
     from ragen.rollout import ChatFormat
     from transformers import AutoTokenizer
 

@@ -42,7 +42,7 @@ def prepare(folder: Path, n_prompts: int) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from engines import first_turn_prompts
 
-    from ragen.models import load_model_and_tokenizer
+    from ragen.models.load import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer("tiny", folder / "source", [ENV])
     model.save_pretrained(folder / "model")
@@ -60,7 +60,7 @@ def _finish(rows: list[dict], out: Path) -> None:
 # ---- ragen (this venv) ------------------------------------------------------------------------------------------
 def run_ragen(folder: Path, threads: int, steps: int, out: Path) -> None:
     from ragen.config import load_config
-    from ragen.trainer import Trainer
+    from ragen.train.trainer import Trainer
 
     run_dir = Path(tempfile.mkdtemp(prefix="vs-trl-ragen-"))
     cfg = load_config(overrides=[

@@ -4,14 +4,14 @@ The public API plugins and users import. Importing ragen loads no plugin: entry 
 time a registry is asked for (``make_env``, ``list_envs``...).
 """
 
-from ragen.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput
-from ragen.components import env_config_fields, list_components, list_envs, make_component, make_env
-from ragen.env import Env, EnvConfig, Expert, TextSpace, option
+from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput
+from ragen.plugins.components import env_config_fields, list_components, list_envs, make_component, make_env
+from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option
 from ragen.errors import ConfigError, EnvError, PluginError, RagenError, RegistrationError, UnknownNameError
-from ragen.parsing import Parsed, parse_response
-from ragen.plugin_api import hookimpl
-from ragen.plugins import broken_plugins, loaded_plugins
-from ragen.trajectory import Trajectory, TurnRecord
+from ragen.contract.parsing import Parsed, parse_response
+from ragen.contract.hookspecs import hookimpl
+from ragen.plugins.loader import broken_plugins, loaded_plugins
+from ragen.contract.trajectory import Trajectory, TurnRecord
 
 __version__ = "0.1.0"
 

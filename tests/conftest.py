@@ -22,7 +22,7 @@ SHARED = ROOT.parent / "shared"
 @pytest.fixture
 def fresh_plugins():
     """Rediscover plugins before and after the test, so throwaway registrations never leak."""
-    from ragen import plugins
+    from ragen.plugins import loader as plugins
 
     plugins.reset()
     yield plugins
@@ -64,7 +64,7 @@ def env_contract_tests(variants: list[str]):
     a test module binds them to module-level ``test_*`` names so pytest collects them there."""
     import ragen
     from gymnasium.utils import env_checker as gym_checker
-    from ragen.checker import check_env
+    from ragen.envs.checker import check_env
 
     @pytest.mark.filterwarnings(NO_SPEC_WARNING)
     @pytest.mark.parametrize("name", variants)

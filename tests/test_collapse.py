@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ragen.collapse import (
+from ragen.train.collapse import (
     REGIMES,
     CollapseDiagnostics,
     CollapseSection,
@@ -24,7 +24,7 @@ from ragen.collapse import (
     scheme_metrics,
 )
 from ragen.errors import ConfigError
-from ragen.models import build_tiny_model, load_model_and_tokenizer
+from ragen.models.load import build_tiny_model, load_model_and_tokenizer
 from ragen.rollout import ChatFormat, EnvGroups, SamplingParams, Trajectory, TurnRecord, run_rollout
 from conftest import TINY
 
@@ -291,7 +291,7 @@ def test_reasoning_ids_strip_whitespace_and_find_merged_markers(tiny, fmt):
     assert tok.decode(z) == " hello world"  # whitespace-only tokens go; ' hel' keeps its own space (exact ids)
     # a plain byte-level BPE (real models' kind; the built-in one isolates symbols) merges '.</' across the marker:
     # the straddling token is left out, the rest kept
-    from ragen.models import build_corpus, train_tokenizer
+    from ragen.models.load import build_corpus, train_tokenizer
 
     plain = train_tokenizer(build_corpus(["frozenlake"], seeds=10), cell_tokens=False)
     ids = enc(plain, "Go up.</think><answer>Up</answer>")
@@ -380,7 +380,7 @@ def test_sampling_is_seeded_and_follows_each_scheme(tiny, fmt):
 
 
 def test_tiny_model_on_a_rollout_gives_finite_metrics(tiny, fmt):
-    from ragen.sft import ExpertEngine
+    from ragen.warmstart.sft import ExpertEngine
 
     model, tok = tiny
     engine = ExpertEngine(tok, fmt.eos_id, noise=0.5, seed=0)  # expert reasoning: "The player is at ... </think>"
@@ -430,7 +430,7 @@ def test_collapse_metrics_appear_in_metrics_jsonl_during_a_run(tmp_path):
     import json
 
     from ragen.config import load_config
-    from ragen.trainer import train
+    from ragen.train.trainer import train
 
     cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "rollout.engine=expert", "warmstart.noise=0.3",
                                  "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=1",

@@ -10,8 +10,8 @@ import attrs
 import pytest
 
 from conftest import ragen_cmd
-from ragen.algorithm import AlgorithmPreset
-from ragen.config import CHOICES, RANGES, RunConfig, load_config, structure
+from ragen.contract.algorithm import AlgorithmPreset
+from ragen.config import RunConfig, load_config, structure
 from ragen.errors import ConfigError
 
 
@@ -79,12 +79,12 @@ def test_every_field_rejects_a_bad_value(key, owner, field):
     assert kind in WRONG_KIND, f"{key}: no bad values known for {field.type}"
     bad = [v for v in WRONG_KIND[kind] if not (v is None and type(None) in typing.get_args(field.type))]
     if kind in (int, float):
-        rng = RANGES.get(owner, {}).get(field.name)
-        assert rng is not None, f"{key}: a numeric field needs a range in ragen.config.RANGES"
+        rng = field.metadata.get("range")
+        assert rng is not None, f"{key}: a numeric field needs a range on its option(range=...)"
         outside = _out_of_range(rng, kind)
         assert outside, f"{key}: range {rng} is unbounded; say why in a test if that is right"
         bad += outside
-    if kind is str and field.name in CHOICES.get(owner, {}):
+    if kind is str and field.metadata.get("choices") is not None:
         bad.append("no-such-choice")
     for value in bad:
         with pytest.raises(ConfigError) as exc:

@@ -89,6 +89,6 @@ def test_ctrl_c_during_sft_saves_the_model_so_far(tmp_path):
     assert (out / "final" / "config.json").is_file()
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["sft/interrupted"] == 1.0 and metrics["sft/updates"] < 400 * 2
-    from ragen.models import load_model_and_tokenizer
+    from ragen.models.load import load_model_and_tokenizer
 
     load_model_and_tokenizer(str(out / "final"), tmp_path / "w", ["frozenlake"], dtype="float32", device="cpu")

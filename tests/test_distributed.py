@@ -36,7 +36,7 @@ def test_two_ranks_train_two_steps_with_identical_replicas(tmp_path):
 
 
 def test_user_deepspeed_json_is_merged_without_the_trainers_keys(tmp_path):
-    from ragen.distributed import _merge, user_deepspeed_config
+    from ragen.models.distributed import _merge, user_deepspeed_config
     from ragen.errors import ConfigError
 
     path = tmp_path / "ds.json"

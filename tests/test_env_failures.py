@@ -9,9 +9,9 @@ import pytest
 
 from conftest import ROOT
 from ragen import EnvConfig, hookimpl, option
-from ragen.components import component_config, make_env
+from ragen.plugins.components import component_config, make_env
 from ragen.errors import RegistrationError
-from ragen.plugins import broken_plugins, get_registry, register_plugin
+from ragen.plugins.loader import broken_plugins, get_registry, register_plugin
 
 FIXTURE = ROOT / "tests" / "fixture_plugins" / "ragen-tinyenv"
 sys.path.insert(0, str(FIXTURE))
@@ -34,9 +34,9 @@ class FlakyCoin(CoinEnv):
 
 
 def test_corpus_skips_and_counts_episodes_that_raise(caplog):
-    from ragen.models import env_corpus
+    from ragen.models.load import env_corpus
 
-    with caplog.at_level(logging.WARNING, logger="ragen.models"):
+    with caplog.at_level(logging.WARNING, logger="ragen.models.load"):
         texts = list(env_corpus(FlakyCoin(), seeds=9))
     assert sum("The coin shows" in t for t in texts) == 3  # seeds 0, 3, 6 are whole episodes
     assert not any("exploded" in t for t in texts)
@@ -77,7 +77,7 @@ def test_an_env_config_that_is_not_an_env_config_is_refused_at_registration(fres
     [bad] = [b for b in broken_plugins() if b.dist == "ragen-badcfg"]
     assert "must subclass ragen.EnvConfig" in bad.error
     with pytest.raises(RegistrationError, match="must subclass ragen.EnvConfig"):
-        from ragen.registry import Registry
+        from ragen.plugins.registry import Registry
 
         Registry("env").register("x", FlakyCoin, dist="d", config=NotAnEnvConfig)
 
@@ -100,7 +100,7 @@ def test_a_run_starts_and_steps_with_an_env_that_raises_for_some_seeds(fresh_plu
     """The tiny model's tokenizer corpus is built from the env at start-up (the old crash); then train seeds that raise
     at reset or in step are dropped and counted in rollout/failed_envs."""
     from ragen.config import load_config
-    from ragen.trainer import Trainer
+    from ragen.train.trainer import Trainer
 
     register_plugin(_FlakyWithConfig(), "flaky", dist="ragen-flaky")
     cfg = load_config(overrides=["env.name=flaky-coin", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=3",

@@ -15,7 +15,7 @@ import ragen
 import test_rollout as tr
 from conftest import ragen_cmd
 from ragen.config import load_config
-from ragen.env_lists import apportion, check_plan, env_names, train_plan, val_plan
+from ragen.envs.env_lists import apportion, check_plan, env_names, train_plan, val_plan
 from ragen.errors import ConfigError
 from ragen.rollout import HFEngine, Rollout
 

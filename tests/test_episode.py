@@ -5,9 +5,9 @@ import pytest
 
 import ragen
 from ragen import option
-from ragen.episode import FORMAT_PENALTY, Episode
-from ragen.parsing import parse_response
-from ragen.prompt import format_reward, reward_text, system_prompt, turn_text
+from ragen.envs.episode import FORMAT_PENALTY, Episode
+from ragen.contract.parsing import parse_response
+from ragen.envs.prompt import format_reward, reward_text, system_prompt, turn_text
 
 
 @attrs.frozen(kw_only=True)

@@ -8,12 +8,12 @@ import sys
 import pytest
 import torch
 
-from ragen.batch import collate, token_micro_batches
+from ragen.train.batch import collate, token_micro_batches
 from ragen.config import load_config
 from ragen.errors import ConfigError
-from ragen.losses import AggNorm, policy_loss, sampled_logprobs, token_logprobs
+from ragen.train.losses import AggNorm, policy_loss, sampled_logprobs, token_logprobs
 from ragen.rollout.engine import old_logprobs_reusable
-from ragen.trainer import Trainer
+from ragen.train.trainer import Trainer
 
 SMALL = [
     "env.name=frozenlake",  # multi-turn: several sampled spans per row, observations between them
@@ -62,9 +62,9 @@ def test_reused_old_logprobs_equal_the_recomputed_ones(trainer, rollout):
 
 
 def test_recomputation_where_the_rule_forbids_reuse(trainer, rollout):
-    from ragen.rollout.hf_engine import HFEngine
-    from ragen.rollout.vllm_engine import VLLMEngine
-    from ragen.sft import ExpertEngine
+    from ragen.rollout.hf import HFEngine
+    from ragen.rollout.vllm import VLLMEngine
+    from ragen.warmstart.sft import ExpertEngine
 
     assert old_logprobs_reusable(trainer.engine, ppo_epochs=2, tis_cap=0.0) == "several PPO epochs"
     assert "importance sampling" in old_logprobs_reusable(trainer.engine, ppo_epochs=1, tis_cap=2.0)
@@ -200,7 +200,7 @@ def _assert_same_weights(a: dict, b: dict) -> None:
 
 # ---- thread policy and no run-time compilation -----------------------------------------------------------------
 def test_thread_policy():
-    from ragen.distributed import default_threads, set_threads
+    from ragen.models.distributed import default_threads, set_threads
 
     before = torch.get_num_threads()
     try:
@@ -215,7 +215,7 @@ def test_thread_policy():
 
 
 def test_local_processes_share_the_cores(monkeypatch):
-    from ragen.distributed import default_threads
+    from ragen.models.distributed import default_threads
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(4 * len(os.sched_getaffinity(0))))
     assert default_threads() == 1
@@ -224,7 +224,7 @@ def test_local_processes_share_the_cores(monkeypatch):
 def test_cpu_init_compiles_no_deepspeed_op(tmp_path):
     """A fresh torch extensions folder stays empty through init_distributed and engine creation (the shm comm op
     used to be JIT-compiled here: about 83 CPU-seconds before the first step)."""
-    code = ("import torch\nfrom ragen.distributed import init_distributed, make_engine\n"
+    code = ("import torch\nfrom ragen.models.distributed import init_distributed, make_engine\n"
             "init_distributed(torch.device('cpu'))\n"
             "make_engine(torch.nn.Linear(4, 4), lr=1e-3, weight_decay=0.0, grad_clip=1.0, zero_stage=0, dtype=torch.float32)\n"
             "import deepspeed.comm.comm as c\nassert c.cdb.shm_comm_op is None\nprint('ok')\n")
@@ -239,7 +239,7 @@ def test_cpu_init_compiles_no_deepspeed_op(tmp_path):
 # ---- generation: group prompts prefilled once, decoding without whole-cache copies --------------------------------
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from ragen.models import load_model_and_tokenizer
+    from ragen.models.load import load_model_and_tokenizer
 
     torch.manual_seed(0)
     threads = torch.get_num_threads()
@@ -271,7 +271,7 @@ def test_group_prefill_sharing_gives_identical_trajectories(tiny):
 
 
 def test_growing_cache_layer_writes_in_place():
-    from ragen.rollout.hf_engine import _growing_layer_class
+    from ragen.rollout.hf import _growing_layer_class
 
     torch.manual_seed(0)
     layer = _growing_layer_class()(reserve=4)
@@ -287,7 +287,7 @@ def test_growing_cache_layer_writes_in_place():
 
 # ---- the training passes run a group's shared prompt once ------------------------------------------------------------
 def test_prefix_plan_groups_rows_by_prompt():
-    from ragen.shared_prefix import prefix_plan
+    from ragen.train.shared_prefix import prefix_plan
 
     ids = torch.tensor([[5, 6, 7, 8, 9, 0], [5, 6, 7, 8, 3, 4], [5, 6, 1, 8, 9, 9], [5, 6, 7, 8, 9, 9]])
     mask = torch.tensor([[0, 0, 0, 0, 1, 0], [0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 1, 1]])
@@ -305,7 +305,7 @@ def test_micro_batches_keep_a_groups_rows_together(trainer, rollout):
 
 def test_shared_prompt_pass_gives_the_plain_passes_log_probs_and_gradients(trainer, rollout):
     """Multi-turn rows whose groups' prompts differ in length: one pass per prompt, then each row's remainder."""
-    from ragen.shared_prefix import prefix_plan
+    from ragen.train.shared_prefix import prefix_plan
 
     row_class, lengths = prefix_plan(rollout.input_ids, rollout.loss_mask)
     assert len(lengths) < len(rollout)  # rows do share prompts
@@ -335,8 +335,8 @@ def test_trainer_recomputes_for_a_bf16_or_vllm_engine(trainer, rollout):
     """The trainer's own path, not only the rule: an engine whose log-probs are not exact gets a forward pass."""
     import copy
 
-    from ragen.rollout.hf_engine import HFEngine
-    from ragen.rollout.vllm_engine import VLLMEngine
+    from ragen.rollout.hf import HFEngine
+    from ragen.rollout.vllm import VLLMEngine
 
     bf16 = HFEngine(copy.deepcopy(trainer.actor.module).to(torch.bfloat16), trainer.tokenizer)
     vllm = VLLMEngine.__new__(VLLMEngine)

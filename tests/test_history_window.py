@@ -5,8 +5,8 @@ import pytest
 import torch
 
 import test_rollout as tr
-from ragen.batch import collate, model_attention
-from ragen.prompt import system_prompt
+from ragen.train.batch import collate, model_attention
+from ragen.envs.prompt import system_prompt
 from ragen.rollout import EnvGroups, HFEngine, SamplingParams, run_rollout
 from ragen.rollout.context import SEGMENT_MASK
 

@@ -6,7 +6,7 @@ import torch
 
 import ragen
 from ragen import AdvantageInput, AlgorithmPreset, FilterResult, hookimpl, option
-from ragen.plugins import get_registry, register_plugin, unregister_plugin
+from ragen.plugins.loader import get_registry, register_plugin, unregister_plugin
 
 
 @attrs.frozen(kw_only=True)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ragen.config import load_config
-from ragen.trainer import Trainer
+from ragen.train.trainer import Trainer
 from conftest import TINY
 
 peft = pytest.importorskip("peft", reason="LoRA needs peft (pip install 'ragen[lora]')")

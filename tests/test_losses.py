@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from ragen.losses import AggNorm, aggregate, policy_loss, token_logprobs, value_loss
+from ragen.train.losses import AggNorm, aggregate, policy_loss, token_logprobs, value_loss
 
 
 def pg(ratio, adv, mode="token-mean"):
@@ -141,7 +141,7 @@ def test_log_ratio_is_clamped_before_exp():
 
 
 def test_kl_estimators_hand_computed():
-    from ragen.losses import kl_penalty
+    from ragen.train.losses import kl_penalty
 
     logp, ref = torch.tensor([0.0, -1.0, -30.0]), torch.tensor([-0.5, -0.2, 0.0])
     d = [0.5, -0.8, -30.0]
@@ -172,7 +172,7 @@ def test_value_loss_against_plain_python(seed):
 
 
 def test_tis_weights_hand_computed_and_truncated():
-    from ragen.losses import tis_weights
+    from ragen.train.losses import tis_weights
 
     old = torch.tensor([[0.0, math.log(0.5), math.log(0.9), math.log(0.2), -1.0]])
     rollout = torch.tensor([[0.0, math.log(0.25), math.log(0.9), math.log(0.01), 5.0]])
@@ -187,7 +187,7 @@ def test_tis_weights_hand_computed_and_truncated():
 
 def test_tis_weights_scale_each_token_loss_term():
     """Advantages times the weights = each token's PPO term times its weight (the weights carry no gradient)."""
-    from ragen.losses import tis_weights
+    from ragen.train.losses import tis_weights
 
     g = torch.Generator().manual_seed(0)
     old = -torch.rand(3, 6, generator=g) * 3

@@ -6,7 +6,7 @@ import re
 import attrs
 import pytest
 
-from ragen import hookspecs
+from ragen.contract import hookspecs
 from ragen.config import RunConfig
 
 from conftest import ROOT
@@ -52,7 +52,7 @@ def _config_classes(cls, seen=None):
 
 def _all_config_classes():
     import ragen
-    from ragen.plugins import KINDS, get_registry
+    from ragen.plugins.loader import KINDS, get_registry
 
     classes = _config_classes(RunConfig) | {ragen.AlgorithmPreset}
     for kind in KINDS:
@@ -71,7 +71,7 @@ def test_config_fields_documented(cls):
 
 
 # ---- the plugin API reference (docs/api.md) and the preset fields of docs/algorithms.md, generated from the code ----
-from ragen import api_docs  # noqa: E402
+from ragen.plugins import api_docs  # noqa: E402
 
 API_CLASSES = [cls for _, _, classes in api_docs.SECTIONS for cls in classes]
 
@@ -89,12 +89,12 @@ def test_api_class_public_and_every_member_documented(cls):
 
 
 def test_api_docs_current():
-    assert (ROOT / "docs" / "api.md").read_text() == api_docs.api_markdown(), "run: python -m ragen.api_docs"
+    assert (ROOT / "docs" / "api.md").read_text() == api_docs.api_markdown(), "run: python -m ragen.plugins.api_docs"
 
 
 def test_algorithms_md_lists_every_preset_field():
     text = (ROOT / "docs" / "algorithms.md").read_text()
-    assert text == api_docs.algorithms_markdown(text) and api_docs.BEGIN in text, "run: python -m ragen.api_docs"
+    assert text == api_docs.algorithms_markdown(text) and api_docs.BEGIN in text, "run: python -m ragen.plugins.api_docs"
     for f in attrs.fields(ragen_preset()):
         assert f"| `{f.name}` |" in text, f"docs/algorithms.md does not list algo.options.{f.name}"
     assert "docs/algorithms.md" in (ROOT / "docs" / "config.md").read_text()

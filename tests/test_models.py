@@ -12,7 +12,7 @@ import pytest
 
 import ragen
 from ragen import option
-from ragen.models import (
+from ragen.models.load import (
     SMOLLM2_DIST,
     TINY_DIRNAME,
     build_corpus,

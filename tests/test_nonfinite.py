@@ -13,7 +13,7 @@ from conftest import ROOT
 from ragen import EnvConfig, hookimpl
 from ragen.config import load_config
 from ragen.errors import RagenError
-from ragen.plugins import register_plugin
+from ragen.plugins.loader import register_plugin
 from ragen.rollout.runner import NONFINITE_FLAG, _finite_reward
 
 sys.path.insert(0, str(ROOT / "tests" / "fixture_plugins" / "ragen-tinyenv"))
@@ -68,14 +68,14 @@ def test_finite_reward_replaces_nan_and_inf_by_the_failure_score():
 
 
 def test_a_shapers_nonfinite_scores_become_zero_and_are_counted():
-    from ragen.trainer import _finite_scores
+    from ragen.train.trainer import _finite_scores
 
     assert _finite_scores([1.0, math.nan, -math.inf, 2.0]) == ([1.0, 0.0, 0.0, 2.0], 2)
     assert _finite_scores([0.5, -1.0]) == ([0.5, -1.0], 0)
 
 
 def test_nan_rewards_leave_the_run_going_and_are_counted(nan_coin, tmp_path):
-    from ragen.trainer import train
+    from ragen.train.trainer import train
 
     run = train(cfg(tmp_path), warmstart=False)
     steps = [r for r in rows(run) if r["step"] > 0 and "rollout/nonfinite_rewards" in r]
@@ -90,7 +90,7 @@ def test_nan_rewards_leave_the_run_going_and_are_counted(nan_coin, tmp_path):
 
 def nan_loss(monkeypatch, poisoned=lambda call: True):
     """Make the policy loss NaN on the calls (1-based) ``poisoned`` selects."""
-    import ragen.trainer as tr
+    import ragen.train.trainer as tr
 
     real, calls = tr.policy_loss, []
 
@@ -141,7 +141,7 @@ def test_k_skipped_updates_in_a_row_stop_with_checkpoint_export_and_one_line(nan
 def test_a_huge_learning_rate_never_reaches_multinomial_with_nan(nan_coin, tmp_path, monkeypatch):
     """actor_lr=1e30 overflows the weights in one update; the next rollout must not sample from them (the HF engine
     samples with torch.multinomial, which used to die on NaN probabilities with a traceback)."""
-    from ragen.trainer import train
+    from ragen.train.trainer import train
 
     real, seen = torch.multinomial, []
 

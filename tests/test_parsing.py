@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ragen.parsing import Parsed, parse_response
+from ragen.contract.parsing import Parsed, parse_response
 
 # the previous implementation (quadratic on repeated tags), kept as the oracle of what a response parses to
 _THINK_ANSWER = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)

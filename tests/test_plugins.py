@@ -8,12 +8,12 @@ import pytest
 import ragen
 from ragen import hookimpl
 from ragen.errors import RegistrationError, UnknownNameError
-from ragen.plugins import PluginWarning, broken_plugins, clashes, get_registry, register_plugin, unregister_plugin
-from ragen.registry import Registry
+from ragen.plugins.loader import PluginWarning, broken_plugins, clashes, get_registry, register_plugin, unregister_plugin
+from ragen.plugins.registry import Registry
 
 
 def test_import_loads_no_plugin():
-    code = "import ragen, ragen.plugins as p, sys; print(p._state.entry_points_loaded, 'ragen_algos' in sys.modules)"
+    code = "import ragen, ragen.plugins.loader as p, sys; print(p._state.entry_points_loaded, 'ragen_algos' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

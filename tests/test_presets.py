@@ -7,7 +7,7 @@ import torch
 
 import ragen
 from ragen.config import load_config
-from ragen.trainer import Trainer
+from ragen.train.trainer import Trainer
 from conftest import TINY
 
 PRESETS = ["ppo", "grpo", "dr-grpo", "rloo", "reinforce++", "reinforce++-baseline", "starpo", "starpo-s", "dapo",

@@ -12,7 +12,7 @@ from conftest import ragen_cmd
 
 
 def test_a_log_line_never_lands_inside_a_progress_bar(capsys):
-    from ragen.runlog import configure_logging, log
+    from ragen.log import configure_logging, log
 
     configure_logging()
     bar = tqdm(total=10, desc="phase", file=sys.stderr, mininterval=0)

@@ -19,7 +19,7 @@ def _computed(row: dict) -> dict:
 
 def test_filter_flag_keeps_its_options():
     from ragen.cli import _run_config
-    from ragen.provenance import resolved_preset
+    from ragen.train.provenance import resolved_preset
 
     cfg = _run_config(None, ["algo.options.filter_options.value=0.5"], filter_name="top-p")
     preset = resolved_preset(cfg)
@@ -48,7 +48,7 @@ def test_component_options_checked_before_anything_loads():
 
 def test_resolved_config_loads_back_to_the_same_run():
     from ragen.config import RunConfig, structure
-    from ragen.provenance import resolved_config
+    from ragen.train.provenance import resolved_config
 
     from ragen.cli import _run_config
 
@@ -92,8 +92,8 @@ def test_rerun_from_config_yaml_finds_the_same_warm_start():
     written out) reuses the run's warm start, and a changed option does not."""
     from ragen.cli import _run_config
     from ragen.config import RunConfig, structure
-    from ragen.provenance import resolved_config
-    from ragen.warmstart import cache_key
+    from ragen.train.provenance import resolved_config
+    from ragen.warmstart.cache import cache_key
 
     cfg = _run_config(None, ["env.name=frozenlake"])
     assert cache_key(structure(RunConfig, resolved_config(cfg))) == cache_key(cfg)

@@ -48,7 +48,7 @@ def test_the_readme_names_every_registered_env_variant_and_every_config_section(
     import attrs
 
     from ragen.config import RunConfig
-    from ragen.plugins import get_registry
+    from ragen.plugins.loader import get_registry
 
     readme = (ROOT / "README.md").read_text()
     # the repository's own packages only: other tests register fixture envs in the same process (tiny-coin, ...)

@@ -15,8 +15,8 @@ import pytest
 import requests
 
 import ragen
-from ragen.checker import check_env
-from ragen.envserver import make_server
+from ragen.envs.checker import check_env
+from ragen.envs.server import make_server
 from ragen.errors import RemoteEnvError
 from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, run_rollout
 
@@ -54,7 +54,7 @@ def test_remote_env_mirrors_the_served_env(served):
     local = ragen.make_env(ENV)
     remote = ragen.make_env("remote", url=served.url)
     try:
-        from ragen.prompt import system_prompt
+        from ragen.envs.prompt import system_prompt
 
         assert system_prompt(remote) == system_prompt(local) == remote.served["system_prompt"]
         assert remote.config.max_turns == local.config.max_turns
@@ -179,7 +179,7 @@ class KillingEngine:
     """The expert's answers; stops the env server after the first round (a lost connection mid-rollout)."""
 
     def __init__(self, tok, fmt, served):
-        from ragen.sft import ExpertEngine
+        from ragen.warmstart.sft import ExpertEngine
 
         self.inner, self.served, self.rounds = ExpertEngine(tok, fmt.eos_id), served, 0
         self.eos_token_ids = self.inner.eos_token_ids
@@ -195,7 +195,7 @@ class KillingEngine:
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    from ragen.models import build_tiny_model, load_model_and_tokenizer
+    from ragen.models.load import build_tiny_model, load_model_and_tokenizer
 
     path = build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", [ENV], corpus_seeds=2)
     return load_model_and_tokenizer(path, "unused")[1]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ragen.config import load_config
-from ragen.runlog import RunWriter
+from ragen.train.runlog import RunWriter
 
 
 def _write(path, rows, torn=""):
@@ -14,7 +14,7 @@ def _write(path, rows, torn=""):
 
 
 def test_truncate_after_cuts_every_jsonl_and_drops_torn_lines(tmp_path, capsys):
-    from ragen.runlog import configure_logging
+    from ragen.log import configure_logging
 
     configure_logging()
     _write(tmp_path / "metrics.jsonl", [{"step": s, "x": 1} for s in range(5)], torn='{"step": 5, "x"')
@@ -36,7 +36,7 @@ def test_truncate_after_cuts_every_jsonl_and_drops_torn_lines(tmp_path, capsys):
 def test_a_resumed_run_after_a_kill_has_each_step_once(tmp_path):
     """A run checkpointed at step 2 that wrote step 3's trajectories and a torn metrics line before dying resumes to
     step 4 with steps 1..4 each once in trajectories.jsonl and metrics.jsonl."""
-    from ragen.trainer import train
+    from ragen.train.trainer import train
 
     over = ["env.name=frozenlake", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=2",
             "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
@@ -64,7 +64,7 @@ def test_no_deepspeed_op_is_compiled_at_run_time(tmp_path, monkeypatch):
     from deepspeed.ops.op_builder.builder import OpBuilder
     from torch.utils import cpp_extension
 
-    from ragen.trainer import Trainer
+    from ragen.train.trainer import Trainer
 
     def refuse(*args, **kwargs):
         raise AssertionError("a C++/CUDA extension was compiled at run time")

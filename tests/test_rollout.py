@@ -13,9 +13,9 @@ import torch
 
 import ragen
 from ragen import option
-from ragen.episode import FORMAT_PENALTY
-from ragen.models import build_tiny_model, load_model_and_tokenizer
-from ragen.prompt import WARNING, reward_text, system_prompt, turn_text
+from ragen.envs.episode import FORMAT_PENALTY
+from ragen.models.load import build_tiny_model, load_model_and_tokenizer
+from ragen.envs.prompt import WARNING, reward_text, system_prompt, turn_text
 from ragen.rollout import (
     ChatFormat,
     EnvGroups,

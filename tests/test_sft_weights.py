@@ -2,10 +2,10 @@
 
 import torch
 
-from ragen.batch import collate
+from ragen.train.batch import collate
 from ragen.config import load_config
-from ragen.rollout.trajectory import Trajectory
-from ragen.sft import context_mask, prompt_weight
+from ragen.contract.trajectory import Trajectory
+from ragen.warmstart.sft import context_mask, prompt_weight
 
 
 def _traj(n_prompt: int, n_sampled: int, n_env: int, n_sampled2: int) -> Trajectory:

@@ -15,7 +15,7 @@ pytestmark = [
 def test_smollm2_rollout_is_token_exact(tmp_path):
     from test_rollout import Recording, assert_token_exact
 
-    from ragen.models import load_model_and_tokenizer
+    from ragen.models.load import load_model_and_tokenizer
     from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
 
     model, tok = load_model_and_tokenizer("smollm2", tmp_path, ["frozenlake"])
@@ -35,7 +35,7 @@ def test_smollm2_saves_as_a_plain_model(tmp_path):
     run: save_pretrained refused 'a model quantized with gguf') and the saved folder loads back as a normal model."""
     import torch
 
-    from ragen.models import load_model_and_tokenizer
+    from ragen.models.load import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer("smollm2", tmp_path / "src", ["frozenlake"])
     model.save_pretrained(tmp_path / "out")

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import ragen
-from ragen.models import build_tiny_model, load_model_and_tokenizer
+from ragen.models.load import build_tiny_model, load_model_and_tokenizer
 from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, run_rollout
 from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks
-from ragen.sft import ExpertEngine
+from ragen.warmstart.sft import ExpertEngine
 
 #: answers an env executes but that do not solve it, so trajectories mix wins, losses and multi-turn episodes
 WRONG = {"deepcoder": "print(42)", "webshop": "click[next >]", "frozenlake": "Up"}

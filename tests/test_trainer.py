@@ -8,7 +8,7 @@ import torch
 import ragen
 
 from ragen.config import load_config
-from ragen.trainer import Trainer, train
+from ragen.train.trainer import Trainer, train
 from conftest import TINY
 
 SMALL = [
@@ -51,7 +51,7 @@ def test_two_steps_change_weights_and_losses_are_finite(tmp_path, algo):
 def test_an_update_moves_the_policy_towards_the_better_trajectory(tmp_path, algo):
     """End to end through collate, estimator, loss and optimizer: after one step the sampled tokens of the trajectory
     scored +1 in each group are more likely and those scored -1 less likely (a sign error anywhere fails this)."""
-    from ragen.batch import collate
+    from ragen.train.batch import collate
 
     cfg = small_cfg(tmp_path, f"algo.name={algo}", "logging.name=run", "trainer.ppo_mini_batch_size=4",
                     "trainer.micro_batch_size=4", "trainer.actor_lr=1e-4")

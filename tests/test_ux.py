@@ -30,7 +30,7 @@ def test_a_missing_local_model_path_fails_at_once_naming_it(command):
 
 
 def test_a_hub_id_is_not_taken_for_a_path():
-    from ragen.models import looks_like_path
+    from ragen.models.load import looks_like_path
 
     assert not looks_like_path("Qwen/Qwen2.5-0.5B-Instruct") and not looks_like_path("gpt2")
     assert looks_like_path("./m") and looks_like_path("~/m") and looks_like_path("runs/sft/final")

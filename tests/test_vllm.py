@@ -27,10 +27,10 @@ import torch  # noqa: E402
 
 from conftest import TINY, ragen_cmd  # noqa: E402
 from ragen.errors import RagenError  # noqa: E402
-from ragen.losses import token_logprobs  # noqa: E402
-from ragen.models import build_tiny_model, load_model_and_tokenizer  # noqa: E402
+from ragen.train.losses import token_logprobs  # noqa: E402
+from ragen.models.load import build_tiny_model, load_model_and_tokenizer  # noqa: E402
 from ragen.rollout import HFEngine, SamplingParams  # noqa: E402
-from ragen.rollout.vllm_engine import VLLMEngine  # noqa: E402
+from ragen.rollout.vllm import VLLMEngine  # noqa: E402
 
 TOL = 1e-3  # fp32 on CPU: vLLM's kernels and transformers' agree to ~1e-5
 
@@ -186,7 +186,7 @@ def test_train_two_steps_with_vllm(tmp_path):
 SKIPPED_SYNC = textwrap.dedent("""
     import sys
     from ragen.cli import main
-    from ragen.rollout.vllm_engine import VLLMEngine
+    from ragen.rollout.vllm import VLLMEngine
 
     real, calls = VLLMEngine.load_weights, []
 

@@ -66,10 +66,10 @@ def _counting(factory, kind, calls):
 
 def test_walkthrough_plugin_trains_a_step_with_all_its_components(corridor, tmp_path):
     from ragen.cli import _run_config
-    from ragen.trainer import train
+    from ragen.train.trainer import train
 
     assert corridor  # the fixture installed it
-    from ragen.checker import check_env
+    from ragen.envs.checker import check_env
 
     assert all(c.ok for c in check_env("corridor")), "the page's env fails its own check"
     cfg = _run_config(None, [*TINY, "trainer.steps=1", "rollout.n_groups=2", "rollout.group_size=2",

@@ -1,4 +1,4 @@
-"""Warm start by default (ragen/warmstart.py): when it applies, its cache key, the cache, and the run summary."""
+"""Warm start by default (ragen/warmstart/cache.py): when it applies, its cache key, the cache, and the run summary."""
 
 import json
 import os
@@ -8,9 +8,9 @@ import attrs
 import pytest
 
 from conftest import ragen_cmd
-from ragen import warmstart
+from ragen.warmstart import cache as warmstart
 from ragen.config import load_config
-from ragen.summary import format_summary, run_summary
+from ragen.runs.summary import format_summary, run_summary
 
 #: a warm start small enough for a test: a handful of demos, one pass
 FAST = ["model.name=tiny", "warmstart.episodes=6", "warmstart.epochs=1", "warmstart.batch_size=3",

@@ -11,9 +11,9 @@
 from ragen.rollout.context import ChatContext, ChatFormat, turn_end
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, train_seed, val_seed
-from ragen.rollout.hf_engine import HFEngine
+from ragen.rollout.hf import HFEngine
 from ragen.rollout.runner import Rollout, RolloutResult, rollout_metrics, run_rollout
-from ragen.rollout.trajectory import Trajectory, TurnRecord
+from ragen.contract.trajectory import Trajectory, TurnRecord
 
 __all__ = [
     "ChatContext",

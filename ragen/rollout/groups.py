@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ragen.env import SPLITS, Env
+from ragen.contract.env import SPLITS, Env
 from ragen.errors import ConfigError
 
 TRAIN_SEED_BASE = 10_000
@@ -54,7 +54,7 @@ class EnvSlot:
 
 
 def _default_factory(name: str, options: dict) -> Env:
-    from ragen.components import make_env
+    from ragen.plugins.components import make_env
 
     return make_env(name, **options)
 

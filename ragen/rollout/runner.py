@@ -21,15 +21,16 @@ from typing import Any
 
 import attrs
 
-from ragen.episode import FORMAT_PENALTY, Episode
+from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.errors import ConfigError
-from ragen.parsing import Parsed, parse_response
-from ragen.prompt import reward_text, system_prompt, turn_text
+from ragen.contract.parsing import Parsed, parse_response
+from ragen.plugins.components import parser_thinks
+from ragen.envs.prompt import reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, _default_factory
 from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks, run_job as _run_job
-from ragen.rollout.trajectory import Trajectory, TurnRecord
+from ragen.contract.trajectory import Trajectory, TurnRecord
 
 log = logging.getLogger("ragen.rollout")
 
@@ -381,14 +382,14 @@ class Rollout:
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
         r = cfg.rollout
         self.parser = parser
-        self.chat_format = ChatFormat(tokenizer, enable_think=_parser_thinks(r.parser, getattr(r, "parser_options", None)))
+        self.chat_format = ChatFormat(tokenizer, enable_think=parser_thinks(r.parser, getattr(r, "parser_options", None)))
         self.compat = getattr(r, "compat", "") or None
         self.response_length = int(getattr(r, "response_length", 0) or 0)
         self.format_penalty = float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY))
         # envs declaring concurrency='process' are built in worker processes when env_workers > 1 (stepping.py)
         self._pooled = PooledFactory(factory or _default_factory, int(getattr(r, "env_workers", 1) or 1))
         self._factory = {"factory": self._pooled, "shard": shard}
-        from ragen.env_lists import train_plan, val_plan
+        from ragen.envs.env_lists import train_plan, val_plan
 
         train, self._val_plan = train_plan(cfg), val_plan(cfg)
         self.parsers = self._env_parsers([*train, *self._val_plan])
@@ -400,13 +401,13 @@ class Rollout:
 
     def _env_parsers(self, plan: list) -> dict[str, tuple[Callable[[str], Parsed], ChatFormat]]:
         """(parser, chat format) of the envs of ``plan`` that name their own parser."""
-        from ragen.components import make_component
+        from ragen.plugins.components import make_component
 
         out = {}
         for p in plan:
             if p.parser and p.name not in out:
                 out[p.name] = (make_component("parser", p.parser),
-                               ChatFormat(self.tokenizer, enable_think=_parser_thinks(p.parser)))
+                               ChatFormat(self.tokenizer, enable_think=parser_thinks(p.parser)))
         return out
 
     @property
@@ -442,17 +443,3 @@ class Rollout:
             if groups is not None:
                 groups.close()
         self._pooled.close()
-
-
-def _parser_thinks(name: str, options: dict | None = None) -> bool:
-    """Whether the registered parser ``name`` with ``options`` expects ``<think>``: its config's ``enable_think``
-    (default True). This decides the prompt: the format line asks for ``<think>...</think>`` and the core prefills
-    ``<think>`` after the assistant header only when it is True (the parser contract, docs/plugin-hooks.md)."""
-    from ragen.components import component_config
-    from ragen.plugins import get_registry
-
-    try:
-        config = component_config(get_registry("parser").get(name), dict(options or {}), path=name)
-    except Exception:
-        return True
-    return bool(getattr(config, "enable_think", True))

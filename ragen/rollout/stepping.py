@@ -1,7 +1,7 @@
 """Concurrent env stepping (``rollout.env_workers``): a thread pool for envs declared safe, worker processes for
 envs that need them.
 
-An env class declares ``concurrency`` (``ragen.env.Env``): "none" envs are stepped one at a time in the calling
+An env class declares ``concurrency`` (``ragen.contract.env.Env``): "none" envs are stepped one at a time in the calling
 thread, exactly as before; "thread" envs (they wait on a sandbox subprocess, a socket, a served env) have their
 turns applied in a thread pool; "process" envs live in ``env_workers`` worker processes (a pipe each, the
 ``serve-env`` protocol) and are driven from the same thread pool, each worker stepping one env at a time.
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ragen.env import Env
+from ragen.contract.env import Env
 from ragen.errors import ConfigError, RemoteEnvError
 
 CONCURRENCY = ("none", "thread", "process")
@@ -79,7 +79,7 @@ class EnvStepper:
 # ---- "process" envs: EpisodeTables in worker processes, driven through RemoteEnv -------------------------------
 def _worker_main(conn: Any, factory: Callable[[], Env]) -> None:
     """A worker process: one ``EpisodeTable`` answering ``(method, path, body)`` requests until the pipe closes."""
-    from ragen.envserver import EpisodeTable
+    from ragen.envs.server import EpisodeTable
 
     try:
         table = EpisodeTable(factory, episode_timeout_s=10**9)
@@ -99,13 +99,13 @@ def _worker_main(conn: Any, factory: Callable[[], Env]) -> None:
 
 
 class _PipeTransport:
-    """The ``ragen.remote.Transport`` of one worker process; requests to one worker are serialised by a lock."""
+    """The ``ragen.envs.remote.Transport`` of one worker process; requests to one worker are serialised by a lock."""
 
     def __init__(self, worker: _Worker):
         self.worker, self.where = worker, f"env worker process {worker.proc.pid}"
 
     def call(self, method: str, path: str, body: dict | None = None) -> Any:
-        from ragen.remote import raise_for
+        from ragen.envs.remote import raise_for
 
         status, payload = self.worker.request(method, path, body)
         raise_for(self.where, status, payload)
@@ -166,7 +166,7 @@ class ProcessEnvPool:
         self._next = 0
 
     def make(self) -> Env:
-        from ragen.remote import RemoteConfig, RemoteEnv
+        from ragen.envs.remote import RemoteConfig, RemoteEnv
 
         worker = self._workers[self._next % len(self._workers)]
         self._next += 1
@@ -212,7 +212,7 @@ class _Build:
 
 
 def _env_class(name: str) -> Any:
-    from ragen.plugins import get_registry
+    from ragen.plugins.loader import get_registry
 
     try:
         return get_registry("env").get(name).factory

@@ -7,7 +7,7 @@ import os
 
 _AT = os.environ.get("RAGEN_TEST_INTERRUPT_AT")
 if _AT:
-    import ragen.trainer as _trainer
+    import ragen.train.trainer as _trainer
 
     _real_step = _trainer.Trainer.step
 

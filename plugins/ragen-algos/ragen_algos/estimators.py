@@ -19,7 +19,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
 
     Under data parallelism the statistics are those of the global batch (two all-reduces: sum and count, then the
     squared deviations), so every rank whitens exactly like a one-process run over all rows."""
-    from ragen.distributed import all_reduce_sum, world_size
+    from ragen.models.distributed import all_reduce_sum, world_size
 
     m = mask.bool()
     vals = x[m]

@@ -7,8 +7,8 @@ import pytest
 from conftest import env_contract_tests, run_two_steps
 
 import ragen
-from ragen.episode import Episode
-from ragen.prompt import system_prompt
+from ragen.envs.episode import Episode
+from ragen.envs.prompt import system_prompt
 from ragen.rollout.groups import EnvGroups
 from ragen_bandit.env import PROMPT, TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv, draw_arms
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import env_contract_tests, run_two_steps
 
 import ragen
-from ragen.checker import check_env
-from ragen.episode import Episode
+from ragen.envs.checker import check_env
+from ragen.envs.episode import Episode
 from ragen_countdown import data as datamod
 from ragen_countdown.generator import check_value, generate
 from ragen_countdown.sample import sample_text

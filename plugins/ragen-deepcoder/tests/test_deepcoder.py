@@ -35,8 +35,8 @@ from ragen_deepcoder.problems import (
 )
 
 import ragen
-from ragen.checker import check_env
-from ragen.episode import Episode
+from ragen.envs.checker import check_env
+from ragen.envs.episode import Episode
 
 FAMILY = runpy.run_path(os.path.join(os.path.dirname(__file__), "forgery.py"))["FAMILY"]
 VARIANTS = ["deepcoder", "deepcoder-hf", "deepcoder-jsonl"]

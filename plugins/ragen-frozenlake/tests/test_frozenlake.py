@@ -7,7 +7,7 @@ import pytest
 from conftest import env_contract_tests
 
 import ragen
-from ragen.episode import Episode
+from ragen.envs.episode import Episode
 from ragen_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv, render_coord, render_grid, render_observation
 from ragen_frozenlake.expert import horizon_values
 from ragen_frozenlake.mapgen import MOVES, LakeMap, connected, generate_map

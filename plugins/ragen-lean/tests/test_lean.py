@@ -18,8 +18,8 @@ from conftest import SHARED, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.checker import check_env
-from ragen.episode import Episode
+from ragen.envs.checker import check_env
+from ragen.envs.episode import Episode
 from ragen_lean.backend import ProblemLoadError
 from ragen_lean.coq import CoqBackend, clean_goals
 from ragen_lean.curriculum import CURRICULUM

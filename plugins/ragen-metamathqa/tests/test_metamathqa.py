@@ -17,8 +17,8 @@ from conftest import SHARED, ragen_cmd, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.checker import check_env
-from ragen.episode import Episode
+from ragen.envs.checker import check_env
+from ragen.envs.episode import Episode
 from ragen_metamathqa import generator
 from ragen_metamathqa.answers import extract_gold, normalize_string, numbers_equal, parse_number, solution_text
 from ragen_metamathqa.env import INCORRECT, NO_ATTEMPTS_LEFT

@@ -17,8 +17,8 @@ from conftest import SHARED, ragen_cmd, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.checker import check_env
-from ragen.episode import Episode
+from ragen.envs.checker import check_env
+from ragen.envs.episode import Episode
 from ragen_searchqa.client import RetrieverClient, RetrieverError, running_servers
 from ragen_searchqa.data import DataError, Doc, Question, partition, read_corpus, write_corpus
 from ragen_searchqa.env import ACTIONS_LINE, MAX_STEPS_TEXT, format_results, parse_action

@@ -10,9 +10,9 @@ import gymnasium.utils.env_checker
 import pytest
 
 import ragen
-from ragen.checker import check_env
-from ragen.episode import Episode
-from ragen.prompt import system_prompt
+from ragen.envs.checker import check_env
+from ragen.envs.episode import Episode
+from ragen.envs.prompt import system_prompt
 from ragen_sokoban.boxoban import load_levels
 import numpy as np
 

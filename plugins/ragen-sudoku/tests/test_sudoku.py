@@ -8,7 +8,7 @@ import pytest
 from conftest import env_contract_tests, run_two_steps
 
 import ragen
-from ragen.episode import Episode
+from ragen.envs.episode import Episode
 from ragen_sudoku.env import empty_positions_line, ragen_board, ragen_text, render_grid
 from ragen_sudoku.generator import HOLES, generate_puzzle
 from ragen_sudoku.grid import candidates, count_solutions

@@ -15,8 +15,8 @@ from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.checker import check_env
-from ragen.episode import Episode
+from ragen.envs.checker import check_env
+from ragen.envs.episode import Episode
 from ragen_webshop import service
 from ragen_webshop.browser import parse_page, simple_text
 from ragen_webshop.env import hint_lines, parse_action, split_goals

@@ -1,0 +1,135 @@
+"""Loading a ``RunConfig``: YAML/TOML files, ``section.key=value`` overrides, and the generated docs/config.md."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from ragen.config.schema import RunConfig
+from ragen.config.structure import converter, structure
+from ragen.errors import ConfigError
+
+def read_file(path: str | Path) -> dict:
+    """Read a YAML or TOML config file into a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}); give a YAML or TOML file") from None
+    if "\0" in text:
+        raise ConfigError(f"config file {str(path)!r} is binary (it holds NUL bytes); give a YAML or TOML file")
+    kind = path.suffix.lstrip(".") or "YAML"
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid {kind}: {_one_line(exc)}") from None
+    except RecursionError:  # the YAML parser recurses per nesting level
+        raise ConfigError(f"config file {str(path)!r}: nested more than Python's recursion limit allows") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r}: expected a mapping at the top level")
+    _check_depth(data, f"config file {str(path)!r}")
+    return data
+
+
+MAX_DEPTH = 32  # a run config nests 3-4 levels; env options a few more
+
+
+def _check_depth(data: Any, where: str) -> None:
+    """Refuse absurd nesting up front (iteratively), before the recursive merge and structuring see it."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``section.key=value`` overrides (values parsed as YAML: ``8``, ``true``, ``[8, 8]``)."""
+    data = _deepcopy(data)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        except RecursionError:
+            raise ConfigError(f"override {key.strip()}: value nested more than Python's recursion limit allows") from None
+        _check_depth(value, f"override {key.strip()}")
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> RunConfig:
+    """Build a ``RunConfig`` from ``base`` < file < overrides."""
+    data = _deepcopy(base or {})
+    if path is not None:
+        data = _merge(data, read_file(path))
+    data = apply_overrides(data, list(overrides or []))
+    return structure(RunConfig, data)
+
+
+def to_dict(cfg: Any) -> dict:
+    return converter.unstructure(cfg)
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _deepcopy(d: dict) -> dict:
+    return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def describe(cls: type = RunConfig, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(key path, default, doc) of every leaf field of a config tree."""
+    out = []
+    for f in attrs.fields(attrs.resolve_types(cls)):
+        path = f"{prefix}{f.name}"
+        if isinstance(f.type, type) and attrs.has(f.type):
+            out += describe(f.type, path + ".")
+        else:
+            default = f.default.factory() if isinstance(f.default, attrs.Factory) else f.default  # type: ignore[attr-defined]
+            out.append((path, default, f.metadata.get("doc", "")))
+    return out
+
+
+def config_markdown() -> str:
+    """docs/config.md, generated: `python -m ragen.config > docs/config.md`."""
+    lines = [
+        "# Run configuration",
+        "",
+        "Generated by `python -m ragen.config > docs/config.md` (a test checks it is current).",
+        "Set values in a YAML/TOML file (`ragen run --config FILE`) or as `section.key=value` arguments.",
+        "",
+        "| key | default | meaning |",
+        "|---|---|---|",
+    ]
+    for path, default, doc in describe():
+        lines.append(f"| `{path}` | `{default!r}` | {doc} |")
+    return "\n".join(lines) + "\n"

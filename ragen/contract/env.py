@@ -1,0 +1,208 @@
+"""The environment contract: ``Env`` (a text ``gymnasium.Env``), its budget config, and the expert protocol.
+
+Subclasses implement ``_reset(seed, options)`` and ``_step(action)``; the base class does the bookkeeping the
+contract requires of every env (seeding, ``task_id``/``seed``/``split`` in reset info, the three info bools,
+``RuntimeError`` after the end, ``render()`` = last observation, idempotent ``close()``).
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, ClassVar
+
+import attrs
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from ragen.config.fields import AT_LEAST_1, option
+from ragen.errors import ConfigError
+
+INFO_BOOLS = ("success", "action_is_valid", "action_is_effective")
+SPLITS = ("train", "val", "test")
+
+
+def _tuple(value: Any) -> tuple:
+    return tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class EnvConfig:
+    """Settings common to every environment: the episode budget the core reads from the env."""
+
+    max_turns: int = option(5, "Model turns per episode (RAGEN `max_turn`: 5).", range=AT_LEAST_1)
+    max_actions_per_turn: int = option(2, "Actions parsed from one response; extras are dropped (RAGEN: 2).", range=AT_LEAST_1)
+    max_actions_per_episode: int = option(10, "Actions the env executes per episode (RAGEN `max_actions_per_traj`: 10).", range=AT_LEAST_1)
+    max_tokens: int = option(400, "The 'Max response length' hint printed in the prompt, in words/tokens.", range=AT_LEAST_1)
+    response_length: int = option(400, "Generation cap in tokens per turn (RAGEN `response_length`: 400).", range=AT_LEAST_1)
+    noise: str = option(
+        "per_rollout",
+        "Transition noise seeding: 'per_rollout' seeds by (seed, rollout_index); 'shared' by seed (RAGEN).",
+        choices=("per_rollout", "shared"),
+    )
+    allow_unreachable: bool = option(False, "Accept budgets too small for any episode to succeed (off: a config error).")
+
+    #: the fewest executed actions any solved episode needs; subclasses raise it where they know more
+    min_actions_to_solve: ClassVar[int] = 1
+
+    def __attrs_post_init__(self) -> None:
+        self.check_budget()
+
+    def check_budget(self) -> None:
+        """Reject budgets with which no episode can succeed (spec 1.2 FIX), unless ``allow_unreachable``."""
+        need = self.required_actions()
+        have = min(self.max_actions_per_episode, self.max_turns * self.max_actions_per_turn)
+        if have < need and not self.allow_unreachable:
+            raise ConfigError(
+                f"max_actions_per_episode/max_turns*max_actions_per_turn: a solved episode needs >= {need} actions "
+                f"but the budget allows {have}; raise the budget or set allow_unreachable=true"
+            )
+
+    def required_actions(self) -> int:
+        return self.min_actions_to_solve
+
+
+class TextSpace(spaces.Text):
+    """A ``gymnasium.spaces.Text`` that holds any string up to ``max_length`` (observations use arbitrary symbols)."""
+
+    def __init__(self, max_length: int = 100_000, *, seed: Any = None):
+        super().__init__(max_length=max_length, min_length=0, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+class Expert:
+    """An oracle policy: ``next_actions(env, k)`` gives up to ``k`` next actions from the env's current state.
+
+    ``[]`` means no known plan. ``rationale(env)`` fills the ``<think>`` of warm-start demonstrations.
+    """
+
+    def next_actions(self, env: Env, k: int) -> list[str]:
+        """Up to ``k`` next actions (action names as the model would write them) from the env's current state; ``[]``
+        = no known plan. Warm start (`ragen sft`), `ragen check-env` and the expert rollout engine call it before each
+        turn, with ``k`` = ``max_actions_per_turn``."""
+        raise NotImplementedError
+
+    def rationale(self, env: Env) -> str:
+        """The reasoning a warm-start demonstration writes inside ``<think>`` before the expert's answer this turn
+        (called right after ``next_actions``, in the same state), e.g. ``"The goal is left of me, so I move Left."``;
+        it also enters the built-in models' tokenizer corpus. Default ``""``: the demonstrations teach an empty think
+        block. Unused with a parser whose ``enable_think`` is False, and on a turn whose actions warm-start noise
+        replaced (that turn thinks ``Exploring: trying <answer>.``)."""
+        return ""
+
+
+class Env(gymnasium.Env):
+    """Base class of every ragen environment: text observations, text actions, a config, an optional expert."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["ansi"], "render_fps": 4}
+    config_cls: ClassVar[type[EnvConfig]] = EnvConfig
+    #: False for envs with stochastic transitions: the checker then does not demand that every expert episode wins
+    deterministic: bool = True
+    #: False for data-backed envs whose initial states may repeat across seeds
+    procedural: bool = True
+    #: whether separate instances may be stepped at the same time (``rollout.env_workers`` > 1): "none" (stepped one
+    #: at a time in the trainer's thread), "thread" (a thread pool: envs that wait on subprocesses or sockets and keep
+    #: no module-level state), "process" (each instance in a worker process: CPU-bound Python envs)
+    concurrency: ClassVar[str] = "none"
+
+    action_separator: str | None = "||"
+
+    def __init__(self, config: EnvConfig | None = None, render_mode: str | None = "ansi"):
+        self.config = config if config is not None else self.config_cls()
+        self.render_mode = render_mode
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace(max_length=200)
+        self.name: str = getattr(self, "name", type(self).__name__)
+        self.instructions: str = ""
+        self.action_names: list[str] | None = None
+        self.symbol_legend: dict[str, str] | None = None
+        self.expert: Expert | None = None
+        self.current_seed: int | None = None
+        self.split = "train"
+        self.rollout_index = 0
+        self.task_id: str | None = None
+        self._last_obs: str | None = None
+        self._done = False
+        self._closed = False
+
+    # ---- to implement -------------------------------------------------------------------------------
+    def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
+        """Build the initial state from ``(self.config, seed, self.split)``; set ``self.task_id``."""
+        raise NotImplementedError
+
+    def _step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Release processes, sockets, files. Called once."""
+
+    # ---- the contract -------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        if seed is None:  # a derived seed keeps `reset()` after `reset(seed=s)` deterministic (gymnasium checks it)
+            seed = int(self.np_random.integers(0, 2**31 - 1))
+        options = dict(options or {})
+        split = options.pop("split", "train")
+        if split not in SPLITS:
+            raise ConfigError(f"options.split: expected one of {', '.join(SPLITS)}, got {split!r}")
+        self.current_seed, self.split = int(seed), split
+        self.rollout_index = int(options.pop("rollout_index", 0))
+        self._done = False
+        obs, info = self._reset(self.current_seed, options)
+        self._last_obs = obs
+        return obs, {"task_id": self.task_id, "seed": self.current_seed, "split": self.split, **info}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        if self._last_obs is None:
+            raise RuntimeError(f"{self.name}: call reset() before step()")
+        if self._done:
+            raise RuntimeError(f"{self.name}: the episode is over; call reset() before step()")
+        obs, reward, terminated, truncated, info = self._step(str(action).strip())
+        missing = [k for k in INFO_BOOLS if k not in info]
+        if missing:
+            raise RuntimeError(f"{self.name}: step info lacks {', '.join(missing)}")
+        for key in INFO_BOOLS:
+            info[key] = bool(info[key])
+        self._done = bool(terminated or truncated)
+        self._last_obs = obs
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def render(self) -> str | None:
+        return self._last_obs
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+        super().close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def validate_action(self, text: str) -> bool:
+        """Syntactic check run by the core before execution: with ``action_names``, a case-insensitive match."""
+        if self.action_names is None:
+            return True
+        return text.strip().lower() in {a.lower() for a in self.action_names}
+
+    def split_actions(self, answer: str) -> list[str]:
+        """Split an answer into primitive actions on ``action_separator``, dropping empty pieces."""
+        if self.action_separator is None:
+            return [answer.strip()] if answer.strip() else []
+        return [p.strip() for p in answer.split(self.action_separator) if p.strip()]
+
+    def noise_rng(self) -> np.random.Generator:
+        """Generator for transition noise: seeded by (seed, rollout_index), or by seed alone when noise='shared'."""
+        if self.config.noise == "shared":
+            return np.random.default_rng([self.current_seed, 0x5EED])
+        return np.random.default_rng([self.current_seed, self.rollout_index, 0x5EED])
+
+    def canonical_action(self, text: str) -> str | None:
+        """The action name matching ``text`` case-insensitively, or None."""
+        for name in self.action_names or ():
+            if name.lower() == text.strip().lower():
+                return name
+        return None

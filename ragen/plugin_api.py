@@ -1,5 +1,0 @@
-"""The marker plugins decorate their hook implementations with."""
-
-import pluggy
-
-hookimpl = pluggy.HookimplMarker("ragen")

@@ -1,0 +1,78 @@
+"""Building registered components from names and options: ``make_env``, ``make_component``, listings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ragen.config import structure
+from ragen.contract.env import Env
+from ragen.errors import ConfigError
+from ragen.plugins.loader import get_registry
+from ragen.plugins.registry import Component
+
+
+def component_config(item: Component, options: dict | None = None, path: str | None = None) -> Any:
+    """The component's config: its registered defaults, then ``options``, structured into its attrs class."""
+    if item.config is None:
+        if options:
+            raise ConfigError(f"{path or item.name}: {item.kind} {item.name!r} takes no options, got {sorted(options)}")
+        return None
+    return structure(item.config, {**item.defaults, **(options or {})}, path=path or item.name)
+
+
+def make_env(name: str, **options: Any) -> Env:
+    """A ready env of the registered variant ``name``, its config fields overridden by ``options``."""
+    item = get_registry("env").get(name)
+    config = component_config(item, options, path=name)
+    env = item.factory(config)
+    env.name = name
+    return env
+
+
+def make_component(kind: str, name: str, **options: Any) -> Any:
+    """Call a registered component's factory with its structured config (parsers, estimators, filters...).
+
+    An algorithm preset is not called: ``make_component("algorithm", "grpo", kl_coef=0.01)`` returns the registered
+    ``AlgorithmPreset`` with ``options`` applied (checked like ``algo.options``)."""
+    item = get_registry(kind).get(name)
+    if kind == "algorithm":
+        return preset_with(item.factory, options, path=name)
+    return item.factory(component_config(item, options, path=name))
+
+
+def preset_with(preset: Any, options: dict, path: str = "algo.options") -> Any:
+    """An ``AlgorithmPreset`` with some fields replaced, validated like a config file's ``algo.options``."""
+    if not options:
+        return preset
+    from ragen.config import converter
+
+    return structure(type(preset), {**converter.unstructure(preset), **options}, path=path)
+
+
+def list_components(kind: str) -> list[Component]:
+    """Registered components of ``kind`` with their providing distribution."""
+    return list(get_registry(kind))
+
+
+def list_envs() -> list[Component]:
+    return list_components("env")
+
+
+def env_config_fields(name: str) -> dict[str, tuple[Any, str]]:
+    """Field name -> (effective default for this variant, doc) of an env variant's config."""
+    item = get_registry("env").get(name)
+    cfg = component_config(item, {}, path=name)
+    return {f.name: (getattr(cfg, f.name), f.metadata.get("doc", "")) for f in attrs.fields(type(cfg))}
+
+
+def parser_thinks(name: str, options: dict | None = None) -> bool:
+    """Whether the registered parser ``name`` with ``options`` expects ``<think>``: its config's ``enable_think``
+    (default True). This decides the prompt: the format line asks for ``<think>...</think>`` and the core prefills
+    ``<think>`` after the assistant header only when it is True (the parser contract, docs/plugin-hooks.md)."""
+    try:
+        config = component_config(get_registry("parser").get(name), dict(options or {}), path=name)
+    except Exception:
+        return True
+    return bool(getattr(config, "enable_think", True))

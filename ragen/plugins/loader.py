@@ -1,0 +1,232 @@
+"""Plugin discovery: entry points of group ``ragen``, loaded lazily, broken ones reported, not fatal.
+
+Nothing here runs at ``import ragen``. The first call to ``get_registry(kind)`` loads every allowed entry
+point (once), then calls that kind's registration hook on every plugin (once per kind). A plugin that fails
+to import, whose hook implementations match no hook spec, or whose ``register`` calls are bad, is recorded
+in ``broken_plugins()`` and announced with a ``PluginWarning`` naming its distribution; its names are simply
+absent and the other plugins keep working.
+
+``RAGEN_LOAD_PLUGINS`` (comma-separated distribution or entry-point names) restricts which entry points load;
+set it to the empty string to load none.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import warnings
+from typing import Any
+
+import attrs
+import pluggy
+
+from ragen.contract import hookspecs
+from ragen.errors import DuplicateNameError, UnknownNameError
+from ragen.plugins.registry import Registry
+
+ENTRY_POINT_GROUP = "ragen"
+#: the core's own components, registered as plugins by module name so this loader imports none of them itself
+#: (simonw/llm's pattern): the default action parsers and the ``remote`` env
+DEFAULT_PLUGINS = ("ragen.plugins.builtin", "ragen.envs.remote")
+ALLOW_ENV_VAR = "RAGEN_LOAD_PLUGINS"
+
+#: registry kind -> the hook that fills it
+KINDS = {
+    "env": "register_envs",
+    "parser": "register_action_parsers",
+    "shaper": "register_reward_shapers",
+    "estimator": "register_advantage_estimators",
+    "filter": "register_rollout_filters",
+    "algorithm": "register_algorithms",
+}
+
+
+class PluginWarning(UserWarning):
+    """A plugin could not be loaded or registered badly; the others keep working."""
+
+
+@attrs.frozen
+class PluginInfo:
+    name: str  # the plugin's name in the plugin manager (the entry point name)
+    dist: str
+    version: str
+    module: str
+
+
+@attrs.frozen
+class BrokenPlugin:
+    name: str
+    dist: str
+    version: str
+    error: str
+
+
+@attrs.frozen
+class Clash:
+    """A component name two distributions registered: ``kept`` registered it first (entry points load in name
+    order) and keeps it; ``refused``'s component of that name is absent, the rest of ``refused`` loads."""
+
+    kind: str
+    name: str
+    kept: str
+    refused: str
+
+
+class _State:
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager("ragen")
+        self.pm.add_hookspecs(hookspecs)
+        self.plugins: dict[str, PluginInfo] = {}
+        self.broken: dict[str, BrokenPlugin] = {}
+        self.clashes: list[Clash] = []
+        self.registries: dict[str, Registry] = {}
+        self.entry_points_loaded = False
+
+
+_state = _State()
+
+
+def _allowed(ep: importlib.metadata.EntryPoint) -> bool:
+    allow = os.environ.get(ALLOW_ENV_VAR)
+    if allow is None:
+        return True
+    names = {n.strip() for n in allow.split(",") if n.strip()}
+    return ep.name in names or (ep.dist is not None and ep.dist.name in names)
+
+
+def _load_entry_points() -> None:
+    if _state.entry_points_loaded:
+        return
+    _state.entry_points_loaded = True
+    for module_name in DEFAULT_PLUGINS:  # the core's own components, always present, before any entry point
+        module = importlib.import_module(module_name)
+        _add_plugin(module, PluginInfo(module_name, "ragen", _version("ragen"), module_name))
+    seen: set[str] = set()
+    for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.name in seen or not _allowed(ep):
+            continue  # the same distribution can be visible twice on sys.path (editable + site)
+        seen.add(ep.name)
+        dist = ep.dist.name if ep.dist else ep.name
+        version = ep.dist.version if ep.dist else "?"
+        try:
+            module = ep.load()
+        except Exception as exc:  # a broken plugin must not take the others down
+            _mark_broken(ep.name, dist, version, f"import failed: {type(exc).__name__}: {exc}")
+            continue
+        _add_plugin(module, PluginInfo(ep.name, dist, version, getattr(module, "__name__", repr(module))))
+
+
+def _add_plugin(obj: Any, info: PluginInfo) -> bool:
+    try:
+        _state.pm.register(obj, name=info.name)
+        _state.pm.check_pending()  # hookimpls that match no hook spec fail loudly here
+    except Exception as exc:
+        if _state.pm.is_registered(obj):
+            _state.pm.unregister(obj)
+        _mark_broken(info.name, info.dist, info.version, f"bad hook implementation: {exc}")
+        return False
+    _state.plugins[info.name] = info
+    return True
+
+
+def _mark_broken(name: str, dist: str, version: str, error: str) -> None:
+    _state.broken[name] = BrokenPlugin(name, dist, version, error)
+    _state.plugins.pop(name, None)
+    for reg in _state.registries.values():
+        reg.unregister_dist(dist)
+    plugin = _state.pm.get_plugin(name)
+    if plugin is not None:
+        _state.pm.unregister(plugin)
+    warnings.warn(f"ragen plugin {dist!r} is broken and was skipped: {error}", PluginWarning, stacklevel=3)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _fill(kind: str, reg: Registry) -> None:
+    hook = getattr(_state.pm.hook, KINDS[kind])
+    for impl in hook.get_hookimpls():
+        info = _state.plugins.get(impl.plugin_name)
+        if info is None:
+            continue
+        dist = info.dist
+
+        def register(name, factory, _dist=dist, **kwargs):
+            try:
+                return reg.register(name, factory, dist=_dist, **kwargs)
+            except DuplicateNameError as exc:  # refuse this one name; the plugin's other components still load
+                _state.clashes.append(Clash(exc.kind, exc.name, exc.first, exc.second))
+                warnings.warn(f"ragen plugin {exc.second!r}: {exc}", PluginWarning, stacklevel=2)
+                return None
+
+        try:
+            impl.function(**{arg: register for arg in impl.argnames})
+        except Exception as exc:
+            _mark_broken(info.name, dist, info.version, f"{KINDS[kind]} failed: {type(exc).__name__}: {exc}")
+
+
+def get_registry(kind: str) -> Registry:
+    """The registry of ``kind`` (one of ``KINDS``), filling it from the plugins on first use."""
+    if kind not in KINDS:
+        raise UnknownNameError("component kind", kind, KINDS)
+    _load_entry_points()
+    reg = _state.registries.get(kind)
+    if reg is None:
+        reg = _state.registries[kind] = Registry(kind)
+        _fill(kind, reg)
+    return reg
+
+
+def loaded_plugins() -> list[PluginInfo]:
+    """Plugins that loaded (the core's built-in one included)."""
+    _load_entry_points()
+    return sorted(_state.plugins.values(), key=lambda p: p.name)
+
+
+def broken_plugins() -> list[BrokenPlugin]:
+    """Plugins that failed to import or to register, with their errors. Fills every registry first."""
+    for kind in KINDS:
+        get_registry(kind)
+    return sorted(_state.broken.values(), key=lambda p: p.name)
+
+
+def clashes() -> list[Clash]:
+    """Component names registered by two distributions (the first keeps the name). Fills every registry first."""
+    for kind in KINDS:
+        get_registry(kind)
+    return list(_state.clashes)
+
+
+def register_plugin(obj: Any, name: str, dist: str | None = None, version: str = "0") -> None:
+    """Register an in-process plugin object (tests, notebooks). Registries are rebuilt on next use."""
+    _load_entry_points()
+    _add_plugin(obj, PluginInfo(name, dist or name, version, getattr(obj, "__name__", repr(obj))))
+    _state.registries.clear()
+    _state.clashes.clear()
+
+
+def unregister_plugin(name: str) -> None:
+    """Undo ``register_plugin`` (or drop an entry-point plugin) and rebuild registries on next use."""
+    plugin = _state.pm.get_plugin(name)
+    if plugin is not None:
+        _state.pm.unregister(plugin)
+    _state.plugins.pop(name, None)
+    _state.broken.pop(name, None)
+    _state.registries.clear()
+    _state.clashes.clear()
+
+
+def reset() -> None:
+    """Forget everything loaded; the next registry access rediscovers entry points (tests use this)."""
+    global _state
+    _state = _State()
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    _load_entry_points()
+    return _state.pm

@@ -1,0 +1,77 @@
+"""``ragen eval``: a model on the fixed validation seeds: success rate, mean reward, pass@k, trajectories JSONL."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from ragen.plugins.components import make_component
+from ragen.models.distributed import pick_device
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, HFEngine, SamplingParams, run_rollout
+from ragen.plugins.components import parser_thinks
+from ragen.rollout.runner import rollout_metrics
+from ragen.log import progress as progress_bar
+
+
+def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups: int = 64, temperature: float = 0.5,
+             seed: int = 0, out: Path | None = None, options: dict | None = None, parser: str = "think-answer",
+             parser_options: dict | None = None, max_model_len: int = 3600, device: str = "auto",
+             work_dir: Path = Path("runs/eval-models"), env_options: dict[str, dict] | None = None,
+             progress: bool = True) -> dict:
+    """Play ``n_groups`` validation seeds (123, 124, ... for each env) with ``k`` samples each; returns the metrics.
+
+    ``env_name``: one variant, or several played in one rollout (issue 14); then the metrics hold ``envs`` (one entry
+    per variant) and ``overall``. ``options`` apply to every env, ``env_options[name]`` to one (and win).
+    ``progress``: a bar of turns played on stderr."""
+    from ragen.models.load import load_model_and_tokenizer
+
+    names = [env_name] if isinstance(env_name, str) else list(dict.fromkeys(env_name))
+    dev = pick_device(device)
+    policy, tokenizer = load_model_and_tokenizer(model, work_dir, names, dtype="auto", device=str(dev))
+    engine = HFEngine(policy, tokenizer)
+    fmt = ChatFormat(tokenizer, enable_think=parser_thinks(parser, parser_options))
+    specs = [GroupSpec(n, n_groups, {**(options or {}), **(env_options or {}).get(n, {})}) for n in names]
+    groups = EnvGroups(specs, group_size=k, split="val")
+    groups.seed_of = lambda step, g: 123 + g % n_groups  # type: ignore[method-assign]  # each env: seeds 123.., k members
+    try:
+        with progress_bar(0, 0, progress, desc="eval", unit="turn") as bar:
+            res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=temperature, seed=seed),
+                              parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len,
+                              chat_format=fmt, progress=bar)
+    finally:
+        groups.close()
+    failed = _failed_by_env(res.errors, names)
+    if len(names) == 1:
+        metrics = {"env": names[0], "model": model, "k": k, "seeds": n_groups,
+                   **_summary(res.trajectories, k, res.failed_envs)}
+    else:
+        metrics = {"envs_evaluated": names, "model": model, "k": k, "seeds": n_groups,
+                   "envs": {n: _summary([t for t in res.trajectories if t.env_name == n], k, failed[n]) for n in names},
+                   "overall": _summary(res.trajectories, k, res.failed_envs)}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "trajectories.jsonl", "w") as f:
+            for t in res.trajectories:
+                f.write(t.to_json() + "\n")
+        (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        from ragen.runs.report import build_report  # the trajectory viewer of `ragen report`, for these trajectories
+
+        build_report([out], out / "report.html", decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
+    return metrics
+
+
+def _summary(trajs: list, k: int, failed: int) -> dict:
+    """Success, mean score, valid format and pass@k of some trajectories (one env's, or all)."""
+    m = rollout_metrics(trajs, failed_envs=failed)
+    by_group: dict[tuple, list[bool]] = defaultdict(list)
+    for t in trajs:
+        by_group[(t.env_name, t.group_id)].append(t.success)
+    return {"success_rate": m["success"], "reward_mean": m["score"], "valid_format_rate": m["valid_format_rate"],
+            f"pass@{k}": sum(any(v) for v in by_group.values()) / max(len(by_group), 1), "failed_envs": failed}
+
+
+def _failed_by_env(errors: list[str], names: list[str]) -> dict[str, int]:
+    """Failures per env: each error line starts with its env's name (``run_rollout``)."""
+    return {n: sum(e.startswith(f"{n} seed ") for e in errors) for n in names}

@@ -1,0 +1,68 @@
+"""The end-of-run summary: validation success before RL and after, the change and its standard error.
+
+Every number comes from the run's ``metrics.jsonl`` (so the summary and the file cannot disagree): the step-0
+validation is "before RL" (after the warm start, if any), the last validation is "after RL".
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ragen.runs.plot import read_jsonl
+
+
+def _se(p: float, n: float) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / n) if n > 0 else float("nan")
+
+
+def run_summary(run_dir: str | Path) -> dict:
+    """Before/after validation success (with standard errors), steps, warm start and timing of a run folder."""
+    rows = read_jsonl(Path(run_dir) / "metrics.jsonl")  # a torn last line of an interrupted run is skipped
+    vals = [r for r in rows if r.get("val/success") is not None]
+    before = next((r for r in vals if r["step"] == 0), None)
+    after = next((r for r in reversed(vals) if r["step"] > 0), None)
+    warm = next((r for r in rows if "sft/demo_success" in r), {})
+    steps = max((r["step"] for r in rows), default=0)
+    out: dict = {
+        "run_dir": str(run_dir),
+        "steps": steps,
+        "rl_time_s": sum(r.get("timing/step_s", 0.0) or 0.0 for r in rows),
+        "warmstart": bool(warm),
+        "warmstart_cached": bool(warm.get("warmstart/cached", 0.0)),
+        "demo_success": warm.get("sft/demo_success"),
+        "first_step_valid_format_rate": next((r.get("rollout/valid_format_rate") for r in rows if r["step"] == 1), None),
+    }
+    for name, row in (("before", before), ("after", after)):
+        if row is not None:
+            p, n = row["val/success"], row.get("val/num_trajectories", 0.0)
+            out[name] = {"step": row["step"], "success": p, "n": n, "se": _se(p, n),
+                         "valid_format_rate": row.get("val/valid_format_rate"), "score": row.get("val/score")}
+    if before is not None and after is not None:
+        change = out["after"]["success"] - out["before"]["success"]
+        out["change"] = change
+        out["change_se"] = math.hypot(out["before"]["se"], out["after"]["se"])  # independent samples: conservative
+    return out
+
+
+def _pct(p: float | None) -> str:
+    return "-" if p is None else f"{100 * p:.1f}%"
+
+
+def format_summary(s: dict) -> str:
+    """One screen of text for the end of ``ragen run``."""
+    lines = [f"Run summary ({s['run_dir']})"]
+    if s["warmstart"]:
+        lines.append(f"  warm start: {'from the cache' if s['warmstart_cached'] else 'trained and cached'}; "
+                     f"the demonstrations' own success {_pct(s['demo_success'])}")
+    lines.append(f"  RL: {s['steps']} steps in {s['rl_time_s'] / 60:.1f} min; valid format at step 1: "
+                 f"{_pct(s['first_step_valid_format_rate'])}")
+    for name, label in (("before", "before RL"), ("after", "after RL ")):
+        v = s.get(name)
+        if v is not None:
+            lines.append(f"  validation success {label} (step {v['step']}): {_pct(v['success'])} "
+                         f"± {100 * v['se']:.1f} (s.e., {int(v['n'])} episodes)")
+    if "change" in s:
+        z = s["change"] / s["change_se"] if s["change_se"] > 0 else float("nan")
+        lines.append(f"  change: {100 * s['change']:+.1f} points ± {100 * s['change_se']:.1f} (s.e.; {z:+.1f} s.e.)")
+    return "\n".join(lines)

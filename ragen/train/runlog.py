@@ -1,0 +1,122 @@
+"""Run outputs: the run folder, metrics.jsonl, trajectories.jsonl, wandb."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+#: the run folder's JSONL files, each row with the ``step`` it belongs to
+APPENDED_JSONL = ("metrics.jsonl", "trajectories.jsonl", "val_trajectories.jsonl")
+
+
+def _lines_up_to(path: Path, step: int) -> list[str]:
+    """The lines of a JSONL file whose row's step is <= ``step``; undecodable lines (a torn last line after kill -9)
+    are dropped with a warning instead of failing the resume."""
+    keep = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):
+            log.warning("jsonl_line_dropped", file=str(path), line=number, reason="torn or not a JSON row (an interrupted write)")
+            continue
+        if row.get("step", 0) <= step:
+            keep.append(line)
+    return keep
+
+
+class RunWriter:
+    """Writes the run folder; one instance per run, append-only so a resumed run continues its files."""
+
+    def __init__(self, run_dir: Path, config: dict, *, wandb: bool = False, wandb_project: str = "ragen", resume: bool = False,
+                 info: dict | None = None):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not resume:  # a resumed run keeps the files of the run it continues (ragen/train/provenance.py)
+            (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+            if info is not None:
+                (self.dir / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+        self._wandb = None
+        if wandb:
+            import wandb as wandb_lib  # imported only when asked for
+
+            self._wandb = wandb_lib.init(project=wandb_project, dir=str(self.dir), config=config, name=self.dir.name,
+                                         resume="allow")
+
+    def metrics(self, step: int, values: dict[str, Any]) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in sorted(values.items())}}
+        with open(self.dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
+
+    def trajectories(self, name: str, rows: list[dict]) -> None:
+        if not rows:
+            return
+        with open(self.dir / name, "a") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        if self._wandb is not None and name == "val_trajectories.jsonl":
+            self._wandb.log({"val/generations": generations_table(rows)}, step=rows[0]["step"])
+
+    def truncate_after(self, step: int) -> None:
+        """On resume: drop the rows of steps after the checkpoint from every JSONL file the run appends to (the resumed
+        run writes them again), and any line a kill left torn (with a warning)."""
+        for name in APPENDED_JSONL:
+            path = self.dir / name
+            if path.exists():
+                path.write_text("".join(line + "\n" for line in _lines_up_to(path, step)))
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+#: columns of the wandb ``val/generations`` table, one row per validation trajectory
+GENERATION_COLUMNS = ("step", "env", "seed", "member", "success", "score", "reward", "num_turns", "end", "turns")
+
+
+def generations_table(rows: list[dict]):
+    """Validation trajectories (``to_dict`` rows with their step) as a wandb Table: the turn texts and rewards."""
+    import wandb as wandb_lib
+
+    def turns(row: dict) -> str:
+        return "\n\n".join(f"[turn {i + 1}] reward {t['reward']}, penalty {t['penalty']}, actions {t['executed']}\n"
+                            f"{t['response_text']}" for i, t in enumerate(row["turns"]))
+
+    data = [[r["step"], r["env_name"], r["seed"], r["rollout_index"], r["success"], r["score"], r["reward"],
+             r["num_turns"], r["truncation_reason"] or ("success" if r["success"] else "done"), turns(r)] for r in rows]
+    return wandb_lib.Table(columns=list(GENERATION_COLUMNS), data=data)
+
+
+class NullWriter:
+    """What a non-zero data-parallel rank writes: nothing (rank 0 owns the run folder's files)."""
+
+    def metrics(self, step: int, values: dict[str, Any]) -> None:
+        pass
+
+    def trajectories(self, name: str, rows: list[dict]) -> None:
+        pass
+
+    def truncate_after(self, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

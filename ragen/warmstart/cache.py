@@ -1,0 +1,156 @@
+"""Warm start by default, and its cache.
+
+A freshly initialised built-in model (``tiny``, ``small``) cannot write a well-formed answer, so RL on it has nothing
+to reinforce. ``ragen run`` therefore first fine-tunes it on the env's (noisy) expert demonstrations
+(``warmstart.mode=auto``, the default); a real model (SmolLM2, a path, a hub id) is warm-started only when asked
+(``--warmstart`` / ``warmstart.mode=always``), never silently.
+
+The fine-tuned model is cached in a user folder (``$RAGEN_CACHE_DIR`` or ``$XDG_CACHE_HOME/ragen`` or
+``~/.cache/ragen``, then ``warmstart/<key>``), keyed by everything that changes it: the env variant, its options and
+its plugin's version, the model section, the warm-start settings, the parser and the context cap.
+A second identical run copies the cached model into its run folder and starts RL at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from ragen.config import RunConfig, to_dict
+from ragen.envs.env_lists import run_label
+from ragen.log import log
+
+#: bump when the warm-start procedure changes what it produces for the same inputs
+CACHE_VERSION = 1
+RUN_SUBDIR = Path("model-source") / "warmstart"
+INFO_FILE = "warmstart.json"
+
+
+def applies(cfg: RunConfig, flag: bool | None = None) -> bool:
+    """Whether this run warm-starts: the CLI flag wins, then ``warmstart.mode``; 'auto' = only built-in models."""
+    from ragen.models.load import BUILTIN_MODELS
+
+    if flag is not None:
+        return flag
+    mode = cfg.warmstart.mode
+    return mode == "always" or (mode == "auto" and cfg.model.name in BUILTIN_MODELS)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("RAGEN_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragen"
+    return Path(base) / "warmstart"
+
+
+def key_inputs(cfg: RunConfig) -> dict:
+    """Everything the warm-started weights depend on (and nothing else: not the algorithm, not the RL settings)."""
+    from ragen.train.provenance import resolved_options
+    from ragen.plugins.loader import get_registry
+
+    item = get_registry("env").get(cfg.env.name)
+    warm = {k: v for k, v in to_dict(cfg.warmstart).items() if k not in ("mode", "cache")}
+    out = {
+        "cache_version": CACHE_VERSION,
+        "env": cfg.env.name,
+        "env_options": resolved_options("env", cfg.env.name, cfg.env.options),  # a rerun from a run's config.yaml, which
+        # lists every option, finds the same entry as the run it copies
+        "env_plugin": [item.dist, _version(item.dist)],
+        "ragen": _version("ragen"),
+        "model": to_dict(cfg.model),
+        "warmstart": warm,
+        "parser": cfg.rollout.parser,
+        "parser_options": resolved_options("parser", cfg.rollout.parser, cfg.rollout.parser_options),
+        "max_model_len": cfg.rollout.max_model_len,
+    }
+    if cfg.env.train or cfg.env.val:  # env lists (issue 14); the one-env form keeps its keys, so its cache entries
+        out["env_lists"] = _env_lists_key(cfg)
+    return out
+
+
+def _env_lists_key(cfg: RunConfig) -> dict:
+    """What env lists change in a warm start: the demos' envs and shares (the training plan) and the tokenizer
+    corpus of a built-in model (every train and val env)."""
+    from ragen.envs.env_lists import env_names, train_plan
+    from ragen.plugins.loader import get_registry
+
+    train = []
+    for p in train_plan(cfg):
+        dist = get_registry("env").get(p.name).dist
+        train.append([p.name, p.options, p.n_groups, p.parser, dist, _version(dist)])
+    return {"train": train, "corpus": env_names(cfg)}
+
+
+def cache_key(cfg: RunConfig) -> str:
+    blob = json.dumps(key_inputs(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def prepare(cfg: RunConfig, run_dir: Path) -> tuple[Path, dict]:
+    """The warm-started model for this run, copied into ``run_dir/model-source/warmstart``; ``(path, metrics)``.
+
+    Taken from the cache when an entry with this run's key exists (and ``warmstart.cache`` is on), else trained and
+    then stored. The metrics are those of the fine-tune that produced the weights, plus ``warmstart/cached``.
+    """
+    key = cache_key(cfg)
+    dest = Path(run_dir) / RUN_SUBDIR
+    entry = cache_root() / key
+    cached = cfg.warmstart.cache and (entry / INFO_FILE).is_file()
+    if cached:
+        log.info("warmstart_cached", key=key, path=str(entry), note="reusing the cached warm-started model")
+    else:
+        log.info("warmstart_started", key=key, env=run_label(cfg), episodes=cfg.warmstart.episodes,
+                 epochs=cfg.warmstart.epochs, note="one-time: fine-tunes the model on expert demos, then caches it")
+        built = _train(cfg, dest.parent / "warmstart-build")
+        if cfg.warmstart.cache:
+            _store(built, entry)
+            log.info("warmstart_saved", key=key, path=str(entry))
+        else:
+            entry = built
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(entry, dest)
+    if not cfg.warmstart.cache:
+        shutil.rmtree(entry)
+    info = json.loads((dest / INFO_FILE).read_text())
+    return dest, {**info["metrics"], "warmstart/cached": float(cached)}
+
+
+def _train(cfg: RunConfig, out: Path) -> Path:
+    """Fine-tune ``cfg.model`` on expert demos into ``out`` (a HF model folder plus ``warmstart.json``)."""
+    from ragen.warmstart.sft import warm_start_model
+
+    t0 = time.perf_counter()
+    if out.exists():
+        shutil.rmtree(out)
+    metrics = warm_start_model(cfg, out)
+    metrics["timing/warmstart_s"] = time.perf_counter() - t0
+    (out / INFO_FILE).write_text(json.dumps({"key": cache_key(cfg), "inputs": key_inputs(cfg), "metrics": metrics},
+                                            indent=2, default=str))
+    return out
+
+
+def _store(built: Path, entry: Path) -> None:
+    """Move ``built`` to ``entry`` atomically: a concurrent or interrupted run never sees half a cache entry."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = entry.parent / f".{entry.name}.{os.getpid()}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(built, tmp)
+    try:
+        os.rename(tmp, entry)
+    except OSError:  # another run stored the same key first: theirs is as good
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(built, ignore_errors=True)
+
