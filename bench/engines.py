@@ -30,7 +30,7 @@ from pathlib import Path
 
 def first_turn_prompts(tok, env: str, n: int) -> list[list[int]]:
     """The token ids of n first-turn prompts (seeds 0..n-1), rendered as the rollout renders them."""
-    from ragen.rollout import ChatFormat, EnvGroups, Generation, run_rollout
+    from ragen.rollout import ChatFormat, EnvGroups, Generation, RolloutSettings, run_rollout
 
     prompts: list[list[int]] = []
 
@@ -48,7 +48,7 @@ def first_turn_prompts(tok, env: str, n: int) -> list[list[int]]:
     from ragen.rollout import SamplingParams
 
     with EnvGroups(env, group_size=1, n_groups=n) as groups:
-        run_rollout(Recorder(), tok, groups, SamplingParams(temperature=1.0, seed=0), chat_format=ChatFormat(tok))
+        run_rollout(Recorder(), groups, SamplingParams(temperature=1.0, seed=0), RolloutSettings(chat_format=ChatFormat(tok)))
     return prompts[:n]
 
 
@@ -63,7 +63,7 @@ def time_batch(engine, prompts, new_tokens: int, seed: int) -> dict:
 
 
 def time_rollout(engine, tok, env: str, groups: int, group_size: int, seed: int) -> dict:
-    from ragen.rollout import ChatFormat, EnvGroups, SamplingParams, run_rollout
+    from ragen.rollout import ChatFormat, EnvGroups, RolloutSettings, SamplingParams, run_rollout
 
     calls = []
 
@@ -80,7 +80,7 @@ def time_rollout(engine, tok, env: str, groups: int, group_size: int, seed: int)
             pass
 
     with EnvGroups(env, group_size=group_size, n_groups=groups) as pool:
-        res = run_rollout(Timed(), tok, pool, SamplingParams(temperature=1.0, seed=seed), chat_format=ChatFormat(tok))
+        res = run_rollout(Timed(), pool, SamplingParams(temperature=1.0, seed=seed), RolloutSettings(chat_format=ChatFormat(tok)))
     gen_s = sum(c[0] for c in calls)
     tokens = sum(c[1] for c in calls)
     return {"seconds": gen_s, "new_tokens": tokens, "engine_calls": len(calls), "episodes": len(res.trajectories),

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch  # noqa: E402
 
-from ragen.models.load import build_tiny_model, load_model_and_tokenizer  # noqa: E402
+from ragen.models.load import load_model_and_tokenizer  # noqa: E402
+from ragen.models.builtin import build_tiny_model
 from ragen.rollout import EnvGroups, GroupSpec  # noqa: E402
 from test_stepping import _play, _view  # noqa: E402  (the test's engine and comparison)
 

@@ -38,7 +38,7 @@ PEAKS = {"H200": 989.4, "H100": 989.4, "A100": 312.0}
 def build_model(path: Path) -> int:
     from transformers import AutoModelForCausalLM
 
-    from ragen.models.load import build_tiny_model
+    from ragen.models.builtin import build_tiny_model
 
     build_tiny_model(path, ["sokoban"], corpus_seeds=20, **SHAPE)
     (path / "RAGEN_TINY").unlink(missing_ok=True)  # a plain local model folder, not a built-in one

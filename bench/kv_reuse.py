@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ragen.models.load import load_model_and_tokenizer
-from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
+from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
 
 
 class TimedEngine:
@@ -64,7 +64,7 @@ class TimedEngine:
 def rollout(model, tok, args, reuse: bool) -> tuple[list[dict], dict, list]:
     engine = TimedEngine(HFEngine(model, tok, kv_reuse=reuse))
     with EnvGroups(args.env, group_size=args.group_size, n_groups=args.groups) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(temperature=0.0), chat_format=ChatFormat(tok))
+        res = run_rollout(engine, groups, SamplingParams(temperature=0.0), RolloutSettings(chat_format=ChatFormat(tok)))
     return engine.rows, engine.engine.kv_stats, [t.input_ids for t in res.trajectories]
 
 
@@ -94,8 +94,7 @@ def multiturn(model, tok, args) -> dict:
             timed = TimedEngine(cls(model, tok))
             t = time.perf_counter()
             with EnvGroups(args.env, group_size=args.mt_group_size, n_groups=args.mt_groups) as groups:
-                res = run_rollout(timed, tok, groups, SamplingParams(temperature=1.0, seed=1000 + r, max_new_tokens=args.mt_new_tokens),
-                                  chat_format=ChatFormat(tok))
+                res = run_rollout(timed, groups, SamplingParams(temperature=1.0, seed=1000 + r, max_new_tokens=args.mt_new_tokens), RolloutSettings(chat_format=ChatFormat(tok)))
             wall = time.perf_counter() - t
             gen_s = sum(row["generate_s"] for row in timed.rows)
             new = sum(row["new_tokens_mean"] * row["batch"] for row in timed.rows)

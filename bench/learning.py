@@ -92,7 +92,7 @@ def warm_start(env: str, args, root: Path) -> None:
 
 def expert_success(env: str, seeds: int) -> float:
     """The noiseless expert on the validation seeds, through the real rollout loop (the reference line)."""
-    from ragen.models.load import build_tiny_model
+    from ragen.models.builtin import build_tiny_model
     from ragen.warmstart.sft import expert_demos
     from ragen.rollout import ChatFormat
     from transformers import AutoTokenizer

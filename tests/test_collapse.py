@@ -24,8 +24,9 @@ from ragen.train.collapse import (
     scheme_metrics,
 )
 from ragen.errors import ConfigError
-from ragen.models.load import build_tiny_model, load_model_and_tokenizer
-from ragen.rollout import ChatFormat, EnvGroups, SamplingParams, Trajectory, TurnRecord, run_rollout
+from ragen.models.load import load_model_and_tokenizer
+from ragen.models.builtin import build_tiny_model
+from ragen.rollout import ChatFormat, EnvGroups, SamplingParams, Trajectory, TurnRecord, RolloutSettings, run_rollout
 from conftest import TINY
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -291,7 +292,7 @@ def test_reasoning_ids_strip_whitespace_and_find_merged_markers(tiny, fmt):
     assert tok.decode(z) == " hello world"  # whitespace-only tokens go; ' hel' keeps its own space (exact ids)
     # a plain byte-level BPE (real models' kind; the built-in one isolates symbols) merges '.</' across the marker:
     # the straddling token is left out, the rest kept
-    from ragen.models.load import build_corpus, train_tokenizer
+    from ragen.models.builtin import build_corpus, train_tokenizer
 
     plain = train_tokenizer(build_corpus(["frozenlake"], seeds=10), cell_tokens=False)
     ids = enc(plain, "Go up.</think><answer>Up</answer>")
@@ -380,12 +381,12 @@ def test_sampling_is_seeded_and_follows_each_scheme(tiny, fmt):
 
 
 def test_tiny_model_on_a_rollout_gives_finite_metrics(tiny, fmt):
-    from ragen.warmstart.sft import ExpertEngine
+    from ragen.rollout.expert import ExpertEngine
 
     model, tok = tiny
     engine = ExpertEngine(tok, fmt.eos_id, noise=0.5, seed=0)  # expert reasoning: "The player is at ... </think>"
     with EnvGroups("frozenlake", group_size=2, n_groups=4, options={"max_turns": 2}) as groups:
-        trajs = run_rollout(engine, tok, groups, SamplingParams(temperature=0.0, seed=0), chat_format=fmt).trajectories
+        trajs = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt)).trajectories
     assert len(trajs) == 8
     diag = CollapseDiagnostics(CollapseSection(num_samples=8, micro_batch_size=16), tok, seed=0)
     model.train()  # the trainer's actor may be in train mode: scored in eval mode, mode restored

@@ -1,11 +1,11 @@
 """Robust env failures (issue 16.7): an env that raises for some seeds while the tiny tokenizer's corpus is built is
 skipped and counted, not a start-up crash; an env registered without config= gets its EnvConfig."""
 
-import logging
 import sys
 
 import attrs
 import pytest
+import structlog.testing
 
 from conftest import ROOT
 from ragen import EnvConfig, hookimpl, option
@@ -33,16 +33,16 @@ class FlakyCoin(CoinEnv):
         return super()._step(action)
 
 
-def test_corpus_skips_and_counts_episodes_that_raise(caplog):
-    from ragen.models.load import env_corpus
+def test_corpus_skips_and_counts_episodes_that_raise():
+    from ragen.models.builtin import env_corpus
 
-    with caplog.at_level(logging.WARNING, logger="ragen.models.load"):
+    with structlog.testing.capture_logs() as events:
         texts = list(env_corpus(FlakyCoin(), seeds=9))
     assert sum("The coin shows" in t for t in texts) == 3  # seeds 0, 3, 6 are whole episodes
     assert not any("exploded" in t for t in texts)
-    [record] = [r for r in caplog.records if "tokenizer-corpus" in r.getMessage()]
-    assert "6 of 9 tokenizer-corpus episodes raised" in record.getMessage()
-    assert "seed 1: RuntimeError: reset exploded on seed 1" in record.getMessage()
+    [record] = [e for e in events if e["event"] == "tokenizer_corpus_episodes_skipped"]
+    assert record["log_level"] == "warning" and (record["raised"], record["episodes"]) == (6, 9)
+    assert record["first"] == "seed 1: RuntimeError: reset exploded on seed 1"
 
 
 class _Flaky:

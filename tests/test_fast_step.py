@@ -64,7 +64,7 @@ def test_reused_old_logprobs_equal_the_recomputed_ones(trainer, rollout):
 def test_recomputation_where_the_rule_forbids_reuse(trainer, rollout):
     from ragen.rollout.hf import HFEngine
     from ragen.rollout.vllm import VLLMEngine
-    from ragen.warmstart.sft import ExpertEngine
+    from ragen.rollout.expert import ExpertEngine
 
     assert old_logprobs_reusable(trainer.engine, ppo_epochs=2, tis_cap=0.0) == "several PPO epochs"
     assert "importance sampling" in old_logprobs_reusable(trainer.engine, ppo_epochs=1, tis_cap=2.0)
@@ -249,12 +249,11 @@ def tiny(tmp_path_factory):
 
 
 def _rollout_with(model, tok, **engine_kwargs):
-    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
+    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
 
     engine = HFEngine(model, tok, **engine_kwargs)
     with EnvGroups("frozenlake-slippery", group_size=3, n_groups=2) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(temperature=1.0, seed=123, max_new_tokens=24),
-                          chat_format=ChatFormat(tok))
+        res = run_rollout(engine, groups, SamplingParams(temperature=1.0, seed=123, max_new_tokens=24), RolloutSettings(chat_format=ChatFormat(tok)))
     return res.trajectories, engine.kv_stats
 
 

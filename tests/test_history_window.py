@@ -7,7 +7,7 @@ import torch
 import test_rollout as tr
 from ragen.train.batch import collate, model_attention
 from ragen.envs.prompt import system_prompt
-from ragen.rollout import EnvGroups, HFEngine, SamplingParams, run_rollout
+from ragen.rollout import EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
 from ragen.rollout.context import SEGMENT_MASK
 
 tiny, fmt = tr.tiny, tr.fmt  # module fixtures: the tiny model built on the toy envs
@@ -19,7 +19,7 @@ def _play(tiny, fmt, window, seed=5, n_groups=2, group_size=2, opts=OPTS):
     model, tok = tiny
     engine = tr.Recording(HFEngine(tr.eos_biased(model, fmt.eos_id), tok))
     with EnvGroups("count", group_size=group_size, n_groups=n_groups, options=opts, factory=tr.factory) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(seed=seed), chat_format=fmt, max_context_window=window)
+        res = run_rollout(engine, groups, SamplingParams(seed=seed), RolloutSettings(chat_format=fmt, max_context_window=window))
     assert res.failed_envs == 0
     return res, engine
 
@@ -117,7 +117,6 @@ def test_window_2_keeps_two_turns_and_caps_the_prompt_not_the_row(tiny, fmt):
     model, tok = tiny
     rec = tr.Recording(HFEngine(tr.eos_biased(model, fmt.eos_id), tok))
     with EnvGroups("count", group_size=2, n_groups=2, options=OPTS, factory=tr.factory) as groups:
-        again = run_rollout(rec, tok, groups, SamplingParams(seed=4), chat_format=fmt, max_context_window=2,
-                            max_model_len=longest_prompt)
+        again = run_rollout(rec, groups, SamplingParams(seed=4), RolloutSettings(chat_format=fmt, max_context_window=2, max_model_len=longest_prompt))
     assert [t.input_ids for t in again.trajectories] == [t.input_ids for t in res.trajectories]
     assert any(len(t.input_ids) > longest_prompt for t in again.trajectories)

@@ -18,13 +18,13 @@ def _computed(row: dict) -> dict:
 
 
 def test_filter_flag_keeps_its_options():
-    from ragen.cli import _run_config
+    from ragen.cli.train import run_config
     from ragen.train.provenance import resolved_preset
 
-    cfg = _run_config(None, ["algo.options.filter_options.value=0.5"], filter_name="top-p")
+    cfg = run_config(None, ["algo.options.filter_options.value=0.5"], filter_name="top-p")
     preset = resolved_preset(cfg)
     assert preset["filter"] == "top-p" and preset["filter_options"]["value"] == 0.5
-    assert resolved_preset(_run_config(None, [], filter_name="top-p"))["filter_options"]["value"] == 0.9  # its default
+    assert resolved_preset(run_config(None, [], filter_name="top-p"))["filter_options"]["value"] == 0.9  # its default
 
 
 def test_misspelt_filter_option_is_one_line_naming_it():
@@ -36,23 +36,23 @@ def test_misspelt_filter_option_is_one_line_naming_it():
 
 
 def test_component_options_checked_before_anything_loads():
-    from ragen.cli import _run_config
+    from ragen.cli.train import run_config
 
     with pytest.raises(ConfigError, match=r"^rollout\.parser_options\.enable_thnk: unknown key; did you mean 'enable_think'"):
-        _run_config(None, ["rollout.parser_options.enable_thnk=false"])
+        run_config(None, ["rollout.parser_options.enable_thnk=false"])
     with pytest.raises(ConfigError, match=r"^algo\.options\.estimator_options\.gama: unknown key"):
-        _run_config(None, ["algo.options.estimator_options.gama=1"])
+        run_config(None, ["algo.options.estimator_options.gama=1"])
     with pytest.raises(ConfigError, match=r"^env\.options\.sizee: unknown key"):
-        _run_config(None, ["env.name=frozenlake", "env.options.sizee=3"])
+        run_config(None, ["env.name=frozenlake", "env.options.sizee=3"])
 
 
 def test_resolved_config_loads_back_to_the_same_run():
     from ragen.config import RunConfig, structure
     from ragen.train.provenance import resolved_config
 
-    from ragen.cli import _run_config
+    from ragen.cli.train import run_config
 
-    cfg = _run_config(None, ["env.name=sokoban-large", "algo.name=starpo-s", "algo.options.kl_coef=0.01"])
+    cfg = run_config(None, ["env.name=sokoban-large", "algo.name=starpo-s", "algo.options.kl_coef=0.01"])
     data = resolved_config(cfg)
     again = structure(RunConfig, yaml.safe_load(yaml.safe_dump(data)))
     assert resolved_config(again) == data
@@ -90,12 +90,12 @@ def test_run_folder_names_everything_and_reruns_identically(tmp_path):
 def test_rerun_from_config_yaml_finds_the_same_warm_start():
     """The warm-start cache is keyed by the resolved env and parser options, so `--config RUN/config.yaml` (every option
     written out) reuses the run's warm start, and a changed option does not."""
-    from ragen.cli import _run_config
+    from ragen.cli.train import run_config
     from ragen.config import RunConfig, structure
     from ragen.train.provenance import resolved_config
     from ragen.warmstart.cache import cache_key
 
-    cfg = _run_config(None, ["env.name=frozenlake"])
+    cfg = run_config(None, ["env.name=frozenlake"])
     assert cache_key(structure(RunConfig, resolved_config(cfg))) == cache_key(cfg)
-    assert cache_key(_run_config(None, ["env.name=frozenlake", "env.options.max_turns=3"])) != cache_key(cfg)
-    assert cache_key(_run_config(None, ["env.name=frozenlake", "rollout.parser_options.enable_think=false"])) != cache_key(cfg)
+    assert cache_key(run_config(None, ["env.name=frozenlake", "env.options.max_turns=3"])) != cache_key(cfg)
+    assert cache_key(run_config(None, ["env.name=frozenlake", "rollout.parser_options.enable_think=false"])) != cache_key(cfg)

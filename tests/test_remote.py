@@ -18,7 +18,7 @@ import ragen
 from ragen.envs.checker import check_env
 from ragen.envs.server import make_server
 from ragen.errors import RemoteEnvError
-from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, run_rollout
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, RolloutSettings, run_rollout
 
 ENV = "frozenlake"
 
@@ -179,7 +179,7 @@ class KillingEngine:
     """The expert's answers; stops the env server after the first round (a lost connection mid-rollout)."""
 
     def __init__(self, tok, fmt, served):
-        from ragen.warmstart.sft import ExpertEngine
+        from ragen.rollout.expert import ExpertEngine
 
         self.inner, self.served, self.rounds = ExpertEngine(tok, fmt.eos_id), served, 0
         self.eos_token_ids = self.inner.eos_token_ids
@@ -195,7 +195,8 @@ class KillingEngine:
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    from ragen.models.load import build_tiny_model, load_model_and_tokenizer
+    from ragen.models.load import load_model_and_tokenizer
+    from ragen.models.builtin import build_tiny_model
 
     path = build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", [ENV], corpus_seeds=2)
     return load_model_and_tokenizer(path, "unused")[1]
@@ -210,8 +211,7 @@ def test_lost_server_fails_those_episodes_and_the_rollout_goes_on(tok, workers):
     try:
         with EnvGroups(specs, group_size=2) as groups:
             engine = KillingEngine(tok, fmt, lost)
-            res = run_rollout(engine, tok, groups, SamplingParams(temperature=0.0, seed=0), chat_format=fmt,
-                              env_workers=workers)
+            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt, env_workers=workers))
         assert res.failed_envs == 4 and len(res.trajectories) == 4
         assert all("lost the env server" in e for e in res.errors)
         assert {t.group_id for t in res.trajectories} == {0, 1}

@@ -14,7 +14,8 @@ import torch
 import ragen
 from ragen import option
 from ragen.envs.episode import FORMAT_PENALTY
-from ragen.models.load import build_tiny_model, load_model_and_tokenizer
+from ragen.models.load import load_model_and_tokenizer
+from ragen.models.builtin import build_tiny_model
 from ragen.envs.prompt import WARNING, reward_text, system_prompt, turn_text
 from ragen.rollout import (
     ChatFormat,
@@ -23,6 +24,7 @@ from ragen.rollout import (
     Generation,
     GroupSpec,
     HFEngine,
+    RolloutSettings,
     SamplingParams,
     Trajectory,
     run_rollout,
@@ -248,7 +250,7 @@ def test_strict_comparator_two_envs_several_turns(tiny, fmt):
     engine = Recording(HFEngine(biased, tok, max_batch=4))
     specs = [GroupSpec("count", 2, {**SMALL, "target": 9, "max_turns": 3}), GroupSpec("guess", 1, {"response_length": 12, "max_tokens": 12})]
     with EnvGroups(specs, group_size=3, factory=factory) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(seed=7), max_model_len=4096, policy_version=3, chat_format=fmt)
+        res = run_rollout(engine, groups, SamplingParams(seed=7), RolloutSettings(max_model_len=4096, chat_format=fmt), policy_version=3)
     assert res.failed_envs == 0 and len(res.trajectories) == 9
     assert {t.env_name for t in res.trajectories} == {"count", "guess"}
     assert all(t.num_turns >= 2 for t in res.trajectories) and all(t.policy_version == 3 for t in res.trajectories)
@@ -268,7 +270,7 @@ def test_rollout_logprobs_match_teacher_forcing(tiny, fmt):
     model, tok = tiny
     engine = HFEngine(model, tok)
     with EnvGroups("count", group_size=2, n_groups=1, options={**SMALL, "max_turns": 2}, factory=factory) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(temperature=0.8, top_p=0.9, seed=1), chat_format=fmt)
+        res = run_rollout(engine, groups, SamplingParams(temperature=0.8, top_p=0.9, seed=1), RolloutSettings(chat_format=fmt))
     for tr in res.trajectories:
         ref = teacher_forced_logprobs(model, tr.input_ids, temperature=0.8)
         diffs = [abs(a - b) for a, b, m in zip(ref, tr.rollout_logprobs, tr.loss_mask) if m]
@@ -279,7 +281,7 @@ def test_masks_prompt_frame_and_delta(tiny, fmt):
     model, tok = tiny
     engine = HFEngine(model, tok)  # unbiased tiny model: 16 random tokens, no EOS -> eos_fill
     env = CountEnv(CountConfig(**SMALL, max_turns=2))
-    res = run_rollout(engine, tok, [EnvSlot(env, "count", 10001, 0, 0, "train")], SamplingParams(seed=0), chat_format=fmt)
+    res = run_rollout(engine, [EnvSlot(env, "count", 10001, 0, 0, "train")], SamplingParams(seed=0), RolloutSettings(chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.num_turns == 2
     kinds = [k for k, _, _ in tr.segments]
@@ -352,7 +354,7 @@ def test_group_seeding_and_pool(tiny, fmt):
     assert [s.seed for s in s1] == [10002] * 3 + [10003] * 3
     assert [s.rollout_index for s in s0] == [0, 1, 2, 0, 1, 2] and [s.group_id for s in s0] == [0, 0, 0, 1, 1, 1]
     assert [s.env for s in s1] == envs  # the pool is reused across steps
-    res = run_rollout(engine, tok, groups, SamplingParams(seed=0), step=1, chat_format=fmt)
+    res = run_rollout(engine, groups, SamplingParams(seed=0), RolloutSettings(chat_format=fmt), step=1)
     p1 = {}
     for tr in res.trajectories:
         _, s, e = tr.segments[0]
@@ -376,7 +378,7 @@ def test_sampling_is_reproducible_per_seed(tiny, fmt):
 
     def run(seed):
         with EnvGroups("count", group_size=2, n_groups=2, options={**SMALL, "max_turns": 2}, factory=factory) as g:
-            return [t.input_ids for t in run_rollout(engine, tok, g, SamplingParams(seed=seed), chat_format=fmt).trajectories]
+            return [t.input_ids for t in run_rollout(engine, g, SamplingParams(seed=seed), RolloutSettings(chat_format=fmt)).trajectories]
 
     a, b, c = run(5), run(5), run(6)
     assert a == b and a != c
@@ -409,7 +411,7 @@ def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
     ]
     engine = FixedEngine(eos, responses)
     env = CountEnv(CountConfig(**WIDE, max_turns=len(responses), target=50))
-    res = run_rollout(engine, tok, [EnvSlot(env, "count", 1, 0, 0, "train")], SamplingParams(), chat_format=fmt)
+    res = run_rollout(engine, [EnvSlot(env, "count", 1, 0, 0, "train")], SamplingParams(), RolloutSettings(chat_format=fmt))
     (tr,) = res.trajectories
     assert res.failed_envs == 0 and tr.num_turns == len(responses)
     assert all(t.penalty == FORMAT_PENALTY and not t.format_ok and not t.executed for t in tr.turns)
@@ -421,7 +423,7 @@ def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
     good = FixedEngine(eos, [enc(" go</think><answer>Inc || Inc</answer>") + [eos]])
     env = CountEnv(CountConfig(**WIDE, target=4))
     parser = ragen.make_component("parser", "think-answer")
-    (tr,) = run_rollout(good, tok, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), parser=parser, chat_format=fmt).trajectories
+    (tr,) = run_rollout(good, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(parser=parser, chat_format=fmt)).trajectories
     assert tr.success and not tr.truncated and tr.truncation_reason is None and tr.num_turns == 2
     assert [t.executed for t in tr.turns] == [["Inc", "Inc"], ["Inc", "Inc"]] and tr.penalty == 0.0
     assert tr.reward == pytest.approx(-0.1 * 3 + 1.0) and all(t.format_ok for t in tr.turns)
@@ -435,7 +437,7 @@ def test_truncation_reasons(tiny, fmt):
 
     def one(**cfg):
         env = CountEnv(CountConfig(**WIDE, **cfg))
-        res = run_rollout(FixedEngine(eos, [nop]), tok, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), chat_format=fmt)
+        res = run_rollout(FixedEngine(eos, [nop]), [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(chat_format=fmt))
         return res.trajectories[0]
 
     assert one(max_actions_per_episode=3, max_turns=5, allow_unreachable=True).truncation_reason == "budget"
@@ -451,14 +453,14 @@ def test_context_cap_ends_the_episode_visibly(tiny, fmt):
     p1 = len(fmt.prompt_ids(system_prompt(env), turn_text(1, "n=0 target=4", 10, 16)))
     engine = FixedEngine(eos, [[7] * 16])
     # turn 1 fits, turn 2 would not: the episode ends after A_1 (the delta is not appended)
-    res = run_rollout(engine, tok, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), max_model_len=p1 + 16 + 20, chat_format=fmt)
+    res = run_rollout(engine, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(max_model_len=p1 + 16 + 20, chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.truncated and tr.truncation_reason == "context_overflow" and tr.num_turns == 1
     assert tr.segments[-1][0] == "response" and len(tr.input_ids) == p1 + 16
     assert res.metrics["truncated/context_overflow"] == 1.0
     # not even turn 1 fits: kept, flagged, nothing sampled
     env2 = CountEnv(CountConfig(**SMALL))
-    res = run_rollout(engine, tok, [EnvSlot(env2, "count", 0, 0, 0, "train")], SamplingParams(), max_model_len=p1 + 15, chat_format=fmt)
+    res = run_rollout(engine, [EnvSlot(env2, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(max_model_len=p1 + 15, chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.truncation_reason == "context_overflow" and tr.num_turns == 0 and tr.response_length == 0
 
@@ -468,7 +470,7 @@ def test_failing_env_is_isolated_and_counted(tiny, fmt):
     engine = Recording(HFEngine(model, tok))
     specs = [GroupSpec("count", 3, {**SMALL, "max_turns": 2, "fail_on_seed": 10001, "fail_reset_seed": 10002})]
     with EnvGroups(specs, group_size=2, factory=factory) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(seed=0), chat_format=fmt)
+        res = run_rollout(engine, groups, SamplingParams(seed=0), RolloutSettings(chat_format=fmt))
     # seed 10001 fails in step only if an action is executed; seed 10002 always fails in reset
     assert res.failed_envs >= 2 and len(res.trajectories) + res.failed_envs == 6
     assert all(t.seed != 10002 for t in res.trajectories) and res.metrics["failed_envs"] == res.failed_envs
@@ -482,7 +484,7 @@ def test_failing_step_drops_the_trajectory(tiny, fmt):
     eos = fmt.eos_id
     inc = tok(" x</think><answer>Inc</answer>", add_special_tokens=False)["input_ids"] + [eos]
     slots = [EnvSlot(CountEnv(CountConfig(**SMALL, fail_on_seed=s)), "count", 5, 0, i, "train") for i, s in enumerate((5, 6))]
-    res = run_rollout(FixedEngine(eos, [inc]), tok, slots, SamplingParams(), chat_format=fmt)
+    res = run_rollout(FixedEngine(eos, [inc]), slots, SamplingParams(), RolloutSettings(chat_format=fmt))
     assert res.failed_envs == 1 and [t.rollout_index for t in res.trajectories] == [1]
     assert "turn 1 raised RuntimeError: step exploded" in res.errors[0]
 
@@ -490,7 +492,7 @@ def test_failing_step_drops_the_trajectory(tiny, fmt):
 def test_trajectory_json_and_metrics(tiny, fmt):
     model, tok = tiny
     with EnvGroups("guess", group_size=2, n_groups=1, options={"response_length": 8, "max_tokens": 8}, factory=factory) as g:
-        res = run_rollout(HFEngine(model, tok), tok, g, SamplingParams(seed=3), chat_format=fmt)
+        res = run_rollout(HFEngine(model, tok), g, SamplingParams(seed=3), RolloutSettings(chat_format=fmt))
     tr = res.trajectories[0]
     data = json.loads(tr.to_json())
     for key in ("env_name", "seed", "group_id", "rollout_index", "split", "policy_version", "input_ids", "loss_mask",
@@ -508,7 +510,7 @@ def test_trajectory_json_and_metrics(tiny, fmt):
 def test_engine_must_stop_on_the_template_eos(tiny, fmt):
     _, tok = tiny
     with pytest.raises(ragen.ConfigError, match="end-of-turn"):
-        run_rollout(FixedEngine(0, [[1]]), tok, [], SamplingParams(), chat_format=fmt)
+        run_rollout(FixedEngine(0, [[1]]), [], SamplingParams(), RolloutSettings(chat_format=fmt))
 
 
 @pytest.mark.parametrize("name", ["sokoban", "frozenlake"])
@@ -518,7 +520,7 @@ def test_strict_comparator_on_registered_envs(tiny, fmt, name):
     model, tok = tiny
     engine = Recording(HFEngine(eos_biased(model, fmt.eos_id), tok))
     with EnvGroups(name, group_size=2, n_groups=2, options={**SMALL, "max_turns": 3}) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(seed=11), chat_format=fmt)
+        res = run_rollout(engine, groups, SamplingParams(seed=11), RolloutSettings(chat_format=fmt))
     assert res.failed_envs == 0 and len(res.trajectories) == 4
     assert_token_exact(res.trajectories, engine.calls)
     for tr in res.trajectories:
@@ -532,7 +534,7 @@ def test_answer_only_mode_prefills_answer(tiny):
     engine = FixedEngine(eos, [tok("Inc || Inc</answer>", add_special_tokens=False)["input_ids"] + [eos]])
     env = CountEnv(CountConfig(**SMALL, target=3))
     parser = ragen.make_component("parser", "answer")
-    res = run_rollout(engine, tok, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), parser=parser, chat_format=fmt)
+    res = run_rollout(engine, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(parser=parser, chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.success and tr.turns[0].executed == ["Inc", "Inc"] and tr.penalty == 0.0
     prompt = tok.decode(tr.input_ids[: tr.segments[0][2]])
@@ -576,7 +578,7 @@ def test_rollout_handle_from_a_run_config(tiny):
 def test_response_length_override_caps_every_turn(tiny, fmt):
     model, tok = tiny
     with EnvGroups("count", group_size=2, n_groups=1, options={**SMALL, "max_turns": 2}, factory=factory) as g:
-        res = run_rollout(HFEngine(model, tok), tok, g, SamplingParams(seed=2), chat_format=fmt, response_length=5)
+        res = run_rollout(HFEngine(model, tok), g, SamplingParams(seed=2), RolloutSettings(chat_format=fmt, response_length=5))
     assert all(t.span[1] - t.span[0] <= 5 for tr in res.trajectories for t in tr.turns)
 
 
@@ -588,7 +590,7 @@ def test_kv_reuse_across_turns_changes_nothing_but_the_work(tiny, fmt, temperatu
     for reuse in (False, True):
         engine = Recording(HFEngine(model, tok, kv_reuse=reuse, max_batch=3))  # 2 chunks: entries from both are kept
         with EnvGroups("frozenlake", group_size=2, n_groups=2, options={"response_length": 12, "max_turns": 4}) as g:
-            res = run_rollout(engine, tok, g, SamplingParams(temperature=temperature, seed=5), chat_format=fmt)
+            res = run_rollout(engine, g, SamplingParams(temperature=temperature, seed=5), RolloutSettings(chat_format=fmt))
         assert_token_exact(res.trajectories, engine.calls)
         runs[reuse] = (res.trajectories, engine.engine.kv_stats)
     (plain, plain_stats), (reused, stats) = runs[False], runs[True]

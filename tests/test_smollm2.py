@@ -16,14 +16,14 @@ def test_smollm2_rollout_is_token_exact(tmp_path):
     from test_rollout import Recording, assert_token_exact
 
     from ragen.models.load import load_model_and_tokenizer
-    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, run_rollout
+    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
 
     model, tok = load_model_and_tokenizer("smollm2", tmp_path, ["frozenlake"])
     assert model.num_parameters() > 100e6
     fmt = ChatFormat(tok)
     engine = Recording(HFEngine(model, tok))
     with EnvGroups("frozenlake", group_size=2, n_groups=1, options={"response_length": 24, "max_turns": 2}) as groups:
-        res = run_rollout(engine, tok, groups, SamplingParams(seed=3), chat_format=fmt)
+        res = run_rollout(engine, groups, SamplingParams(seed=3), RolloutSettings(chat_format=fmt))
     assert res.failed_envs == 0 and len(res.trajectories) == 2
     assert_token_exact(res.trajectories, engine.calls)
     first = tok.decode(res.trajectories[0].input_ids[: res.trajectories[0].segments[0][2]])

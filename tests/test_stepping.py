@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import ragen
-from ragen.models.load import build_tiny_model, load_model_and_tokenizer
-from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, run_rollout
+from ragen.models.load import load_model_and_tokenizer
+from ragen.models.builtin import build_tiny_model
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, RolloutSettings, run_rollout
 from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks
-from ragen.warmstart.sft import ExpertEngine
+from ragen.rollout.expert import ExpertEngine
 
 #: answers an env executes but that do not solve it, so trajectories mix wins, losses and multi-turn episodes
 WRONG = {"deepcoder": "print(42)", "webshop": "click[next >]", "frozenlake": "Up"}
@@ -41,8 +42,7 @@ def _play(tok, groups, workers, chunks=1):
     fmt = ChatFormat(tok)
     engine = MixedEngine(tok, fmt.eos_id, seed=3)
     t0 = time.perf_counter()
-    res = run_rollout(engine, tok, groups, SamplingParams(temperature=0.0, seed=0), chat_format=fmt,
-                      max_model_len=100_000, env_workers=workers, overlap_chunks=chunks)
+    res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt, max_model_len=100_000, env_workers=workers, overlap_chunks=chunks))
     return res, time.perf_counter() - t0
 
 

@@ -37,8 +37,8 @@ def test_a_hub_id_is_not_taken_for_a_path():
 
 
 def _config_stderr(call_args: str) -> str:
-    """stderr of ``_run_config(call_args)`` (what `ragen run` does before it imports torch) in a fresh process."""
-    code = f"from ragen.cli import _run_config; _run_config({call_args})"
+    """stderr of ``run_config(call_args)`` (what `ragen run` does before it imports torch) in a fresh process."""
+    code = f"from ragen.cli.train import run_config; run_config({call_args})"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     return res.stderr

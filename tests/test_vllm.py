@@ -28,7 +28,8 @@ import torch  # noqa: E402
 from conftest import TINY, ragen_cmd  # noqa: E402
 from ragen.errors import RagenError  # noqa: E402
 from ragen.train.losses import token_logprobs  # noqa: E402
-from ragen.models.load import build_tiny_model, load_model_and_tokenizer  # noqa: E402
+from ragen.models.load import load_model_and_tokenizer  # noqa: E402
+from ragen.models.builtin import build_tiny_model
 from ragen.rollout import HFEngine, SamplingParams  # noqa: E402
 from ragen.rollout.vllm import VLLMEngine  # noqa: E402
 

@@ -65,14 +65,14 @@ def _counting(factory, kind, calls):
 
 
 def test_walkthrough_plugin_trains_a_step_with_all_its_components(corridor, tmp_path):
-    from ragen.cli import _run_config
+    from ragen.cli.train import run_config
     from ragen.train.trainer import train
 
     assert corridor  # the fixture installed it
     from ragen.envs.checker import check_env
 
     assert all(c.ok for c in check_env("corridor")), "the page's env fails its own check"
-    cfg = _run_config(None, [*TINY, "trainer.steps=1", "rollout.n_groups=2", "rollout.group_size=2",
+    cfg = run_config(None, [*TINY, "trainer.steps=1", "rollout.n_groups=2", "rollout.group_size=2",
                              "rollout.n_val_groups=2", "rollout.response_length=48", "trainer.ppo_mini_batch_size=4",
                              "trainer.micro_batch_size=4", "trainer.threads=1", "logging.progress=false",
                              f"logging.run_dir={tmp_path}", "logging.name=r", "collapse.enabled=false"],

@@ -42,7 +42,7 @@ def test_sft_then_eval_beats_the_untrained_model(tmp_path):
 @pytest.mark.parametrize("noise", [0.0, 1.0])
 def test_noisy_demos_never_contradict_their_reasoning(noise):
     import ragen
-    from ragen.warmstart.sft import ExpertEngine
+    from ragen.rollout.expert import ExpertEngine
 
     engine = ExpertEngine(tokenizer=None, eos_id=0, noise=noise, seed=1)
     kinds = set()

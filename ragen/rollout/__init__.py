@@ -3,16 +3,16 @@
 * ``groups``     — ``EnvGroups`` pool and the train/val seed rule (environments.md §1.5)
 * ``context``    — ``ChatFormat`` / ``ChatContext``: fixed-base delta rendering, masks (algorithms.md §1.1)
 * ``engine``     — ``SamplingParams``, ``Generation``, the ``RolloutEngine`` protocol
-* ``hf_engine``  — ``HFEngine`` (transformers ``generate``)
-* ``trajectory`` — ``Trajectory`` and ``TurnRecord``
-* ``runner``     — ``run_rollout`` -> ``RolloutResult``; ``Rollout`` (train/val pools from a ``RunConfig``)
+* ``hf``, ``vllm``, ``expert`` — the engines; ``engines`` picks one from ``rollout.engine``
+* ``runner``     — ``run_rollout(engine, envs, sampling, RolloutSettings)`` -> ``RolloutResult``; ``Rollout`` (train/val
+  pools and the settings from a ``RunConfig``)
 """
 
 from ragen.rollout.context import ChatContext, ChatFormat, turn_end
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, train_seed, val_seed
 from ragen.rollout.hf import HFEngine
-from ragen.rollout.runner import Rollout, RolloutResult, rollout_metrics, run_rollout
+from ragen.rollout.runner import Rollout, RolloutResult, RolloutSettings, rollout_metrics, run_rollout
 from ragen.contract.trajectory import Trajectory, TurnRecord
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Rollout",
     "RolloutEngine",
     "RolloutResult",
+    "RolloutSettings",
     "SamplingParams",
     "Trajectory",
     "TurnRecord",

@@ -10,7 +10,6 @@ An episode whose next turn would not fit ``max_model_len`` ends truncated with r
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import time
 import traceback
@@ -23,7 +22,9 @@ import attrs
 
 from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.errors import ConfigError
+from ragen.config.fields import option
 from ragen.contract.parsing import Parsed, parse_response
+from ragen.log import log
 from ragen.plugins.components import parser_thinks
 from ragen.envs.prompt import reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
@@ -32,7 +33,6 @@ from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, _default_factory
 from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks, run_job as _run_job
 from ragen.contract.trajectory import Trajectory, TurnRecord
 
-log = logging.getLogger("ragen.rollout")
 
 TRUNCATION_KEYS = ("max_turns", "budget", "context_overflow", "env")
 
@@ -82,7 +82,8 @@ def _finite_reward(env: Any, reward: Any, info: dict[str, float]) -> tuple[float
         value = math.nan
     if math.isfinite(value):
         return value, info
-    log.warning("non-finite reward %r from %s replaced by its failure score", reward, getattr(env, "name", env))
+    log.warning("nonfinite_reward_replaced", reward=repr(reward), env=getattr(env, "name", str(env)),
+                note="replaced by the env's failure score")
     return float(getattr(env, "failure_reward", 0.0)), {**info, NONFINITE_FLAG: 1.0}
 
 
@@ -108,45 +109,45 @@ def _decode(tokenizer: Any, ids: list[int]) -> str:
         return ""
 
 
-def run_rollout(
-    engine: RolloutEngine,
-    tokenizer: Any,
-    envs: EnvGroups | Sequence[EnvSlot],
-    sampling: SamplingParams,
-    parser: Callable[[str], Parsed] | None = None,
-    max_model_len: int = 3600,
-    policy_version: int = 0,
-    split: str | None = None,
-    compat: str | None = None,
-    step: int = 0,
-    chat_format: ChatFormat | None = None,
-    enable_think: bool = True,
-    format_penalty: float = FORMAT_PENALTY,
-    response_length: int = 0,
-    parsers: dict[str, tuple[Callable[[str], Parsed], ChatFormat]] | None = None,
-    max_context_window: int = 0,
-    env_workers: int = 1,
-    overlap_chunks: int = 1,
-    progress: Any = None,
-) -> RolloutResult:
+@attrs.frozen(kw_only=True)
+class RolloutSettings:
+    """How a run plays its episodes: fixed for the run, built once (``Rollout`` builds it from the config) and handed
+    to every ``run_rollout`` call."""
+
+    chat_format: ChatFormat = option(doc="The chat template study (``ChatFormat``): the tokenizer, the prefill "
+                                         "(``<think>`` or ``<answer>``) and the end-of-turn token.")
+    parser: Callable[[str], Parsed] | None = option(None, "A registered action parser (``make_component('parser', "
+                                                          "name)``), called on prefill + decoded ids; None = "
+                                                          "``parse_response`` with the chat format's think setting.")
+    parsers: dict[str, tuple[Callable[[str], Parsed], ChatFormat]] = option(
+        factory=dict, doc="Env name -> (parser, chat format) for envs whose parser differs from ``parser`` (several "
+                          "envs in one run).")
+    max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated.")
+    compat: str | None = option(None, "'ragen' prints RAGEN's system-prompt action count and raw reward sums.")
+    format_penalty: float = option(FORMAT_PENALTY, "Added to the score once per turn with a format violation.")
+    response_length: int = option(0, "Generation cap per turn in tokens; 0 = each env's own response_length.")
+    max_context_window: int = option(0, "Past turns each prompt holds (0 = all; ``ChatContext``).")
+    env_workers: int = option(1, "The env stepping pool (``stepping.EnvStepper``); trajectories do not depend on it.")
+    overlap_chunks: int = option(1, "Generate a round in this many chunks of whole groups, stepping each chunk's envs "
+                                    "while the next one generates (docs/async-rollout.md).")
+
+
+def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], sampling: SamplingParams,
+                settings: RolloutSettings, *, step: int = 0, policy_version: int = 0, progress: Any = None) -> RolloutResult:
     """Play one episode per slot to the end; returns ``RolloutResult(trajectories, failed_envs, errors, metrics)``.
 
     ``envs``: an ``EnvGroups`` (its ``slots(step)`` are played) or explicit slots. ``sampling``: temperature/top_p and
     the base seed (each round derives its own); ``max_new_tokens`` per turn is each env's ``response_length``.
-    ``parser``: a registered action parser (``make_component('parser', name)``), called on ``prefill + decoded ids``;
-    default ``parse_response``. ``chat_format``: a prebuilt ``ChatFormat`` (saves the template study and prefix check
-    per call); when absent one is built from ``tokenizer`` with ``enable_think`` (False for the 'answer' parser: the
-    prefill is then ``<answer>``). ``split`` overrides the slots' split when given. ``compat='ragen'`` prints RAGEN's
-    system-prompt action count and raw reward sums. ``parsers``: env name -> (parser, chat format) for envs whose
-    parser differs from ``parser`` (several envs in one run). ``max_context_window``: past turns each prompt holds
-    (0 = all; ``ChatContext``). ``env_workers``: the env stepping pool (``stepping.EnvStepper``; trajectories do not
-    depend on it); ``overlap_chunks``: generate a round in that many chunks of whole groups, stepping each chunk's
-    envs while the next one generates (docs/async-rollout.md). ``progress``: a tqdm bar, set to the episodes' turn
-    budget and advanced as turns are played (an ended episode counts its unused turns as done).
+    ``settings``: how episodes are played (``RolloutSettings``). ``policy_version`` is recorded on each trajectory.
+    ``progress``: a tqdm bar, set to the episodes' turn budget and advanced as turns are played (an ended episode
+    counts its unused turns as done).
     """
+    fmt, tokenizer = settings.chat_format, settings.chat_format.tokenizer
+    parsers, compat, format_penalty = settings.parsers, settings.compat, settings.format_penalty
+    max_model_len, response_length, overlap_chunks = settings.max_model_len, settings.response_length, settings.overlap_chunks
+    max_context_window, env_workers = settings.max_context_window, settings.env_workers
     stepper = EnvStepper(env_workers)
-    fmt = chat_format or ChatFormat(tokenizer, enable_think=enable_think)
-    tokenizer = fmt.tokenizer if tokenizer is None else tokenizer
+    parser = settings.parser
     if parser is None:
         think = fmt.enable_think
         parser = lambda text: parse_response(text, enable_think=think)  # noqa: E731
@@ -163,12 +164,12 @@ def run_rollout(
 
     def fail(slot: EnvSlot, where: str, exc: BaseException) -> None:
         msg = f"{slot.env_name} seed {slot.seed} member {slot.rollout_index}: {where} raised {type(exc).__name__}: {exc}"
-        log.warning("env failed, trajectory dropped: %s\n%s", msg, "".join(traceback.format_exception(exc)))
+        log.warning("env_failed_trajectory_dropped", error=msg, traceback="".join(traceback.format_exception(exc)))
         errors.append(msg)
 
     t0 = time.perf_counter()
     for slot in slots:
-        the_split = split or slot.split
+        the_split = slot.split
         try:
             ep = Episode(slot.env, format_penalty=format_penalty)
             ep.reset(slot.seed, {"split": the_split, "rollout_index": slot.rollout_index})
@@ -381,18 +382,21 @@ class Rollout:
                  factory: Callable[[str, dict], Any] | None = None, shard: tuple[int, int] = (0, 1)):
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
         r = cfg.rollout
-        self.parser = parser
         self.chat_format = ChatFormat(tokenizer, enable_think=parser_thinks(r.parser, getattr(r, "parser_options", None)))
-        self.compat = getattr(r, "compat", "") or None
-        self.response_length = int(getattr(r, "response_length", 0) or 0)
-        self.format_penalty = float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY))
         # envs declaring concurrency='process' are built in worker processes when env_workers > 1 (stepping.py)
         self._pooled = PooledFactory(factory or _default_factory, int(getattr(r, "env_workers", 1) or 1))
         self._factory = {"factory": self._pooled, "shard": shard}
         from ragen.envs.env_lists import train_plan, val_plan
 
         train, self._val_plan = train_plan(cfg), val_plan(cfg)
-        self.parsers = self._env_parsers([*train, *self._val_plan])
+        self.settings = RolloutSettings(
+            chat_format=self.chat_format, parser=parser, parsers=self._env_parsers([*train, *self._val_plan]),
+            max_model_len=int(r.max_model_len), compat=getattr(r, "compat", "") or None,
+            format_penalty=float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY)),
+            response_length=int(getattr(r, "response_length", 0) or 0),
+            max_context_window=int(getattr(r, "max_context_window", 0) or 0),
+            env_workers=int(getattr(r, "env_workers", 1) or 1), overlap_chunks=int(getattr(r, "overlap_chunks", 1) or 1),
+        )
         # env by env, in list order: a group never mixes envs (each GroupSpec fills its own groups)
         self.specs = [GroupSpec(p.name, p.n_groups, dict(p.options)) for p in train]
         self.spec = self.specs[0]
@@ -419,15 +423,8 @@ class Rollout:
 
     def _run(self, groups: EnvGroups, step: int, sampling: SamplingParams, policy_version: int,
              progress: Any = None) -> RolloutResult:
-        r = self.cfg.rollout
-        return run_rollout(
-            self.engine, self.tokenizer, groups, sampling, parser=self.parser, max_model_len=int(r.max_model_len),
-            policy_version=policy_version, compat=self.compat, step=step, chat_format=self.chat_format,
-            format_penalty=self.format_penalty, response_length=self.response_length, parsers=self.parsers,
-            max_context_window=int(getattr(r, "max_context_window", 0) or 0),
-            env_workers=int(getattr(r, "env_workers", 1) or 1), overlap_chunks=int(getattr(r, "overlap_chunks", 1) or 1),
-            progress=progress,
-        )
+        return run_rollout(self.engine, groups, sampling, self.settings, policy_version=policy_version, step=step,
+                           progress=progress)
 
     def train_batch(self, step: int, policy_version: int = 0, seed: int | None = None) -> RolloutResult:
         r = self.cfg.rollout

@@ -362,27 +362,3 @@ def _sampled_logprobs(entries: Any, ids: Sequence[int]) -> list[float]:
             raise RagenError(f"vLLM returned no log-prob for token {t} at position {j}")
         out.append(float(entry[int(t)].logprob))
     return out
-
-
-def make_rollout_engine(cfg: Any, module: torch.nn.Module, tokenizer: Any, model_path: str, dtype: Any = "float32"):
-    """The rollout engine ``cfg.rollout.engine`` names: 'hf' (the trainer's module) or 'vllm' (synced and verified)."""
-    r = cfg.rollout
-    name = str(r.engine).lower()
-    if name == "hf":
-        from ragen.rollout.hf import HFEngine
-
-        return HFEngine(module, tokenizer, max_batch=r.max_batch)
-    if name == "vllm":
-        if os.path.isdir(model_path) and not os.path.isfile(os.path.join(model_path, "config.json")):
-            raise ConfigError(f"rollout.engine=vllm: {model_path} is not a Hugging Face model folder (a GGUF model?); "
-                              "vLLM starts from a folder with config.json and safetensors")
-        max_pos = getattr(getattr(module, "config", None), "max_position_embeddings", None)
-        max_len = int(r.max_model_len) if not max_pos else min(int(r.max_model_len), int(max_pos))
-        engine = VLLMEngine(
-            model_path, tokenizer, model=module, dtype=str(dtype).removeprefix("torch."), max_model_len=max_len,
-            memory_fraction=r.vllm_memory_fraction, kv_cache_gb=r.vllm_kv_cache_gb, enforce_eager=r.vllm_enforce_eager,
-            enable_prefix_caching=True, seed=int(cfg.trainer.seed), sync_tol=r.sync_check_tol, max_num_seqs=r.max_batch,
-        )
-        engine.sync_weights(module)  # the trainer's module may differ from the files (warm start, resume): verified now
-        return engine
-    raise ConfigError(f"rollout.engine: expected 'hf' or 'vllm', got {r.engine!r}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ragen.plugins.components import make_component
 from ragen.models.distributed import pick_device
-from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, HFEngine, SamplingParams, run_rollout
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, HFEngine, SamplingParams, RolloutSettings, run_rollout
 from ragen.plugins.components import parser_thinks
 from ragen.rollout.runner import rollout_metrics
 from ragen.log import progress as progress_bar
@@ -37,9 +37,7 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
     groups.seed_of = lambda step, g: 123 + g % n_groups  # type: ignore[method-assign]  # each env: seeds 123.., k members
     try:
         with progress_bar(0, 0, progress, desc="eval", unit="turn") as bar:
-            res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=temperature, seed=seed),
-                              parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len,
-                              chat_format=fmt, progress=bar)
+            res = run_rollout(engine, groups, SamplingParams(temperature=temperature, seed=seed), RolloutSettings(parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len, chat_format=fmt), progress=bar)
     finally:
         groups.close()
     failed = _failed_by_env(res.errors, names)

@@ -98,7 +98,7 @@ def _component_dists(cfg: RunConfig) -> dict:
 def git_commit() -> str | None:
     """The commit of the checkout ragen runs from (with ``+dirty`` when it has uncommitted changes); None when ragen is
     not a git checkout (an installed wheel)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
     try:

@@ -22,7 +22,7 @@ from ragen import config as config_mod
 from ragen.train import provenance
 from ragen.contract.algorithm import AdvantageInput, AlgorithmPreset, FilterInput, ShapeInput
 from ragen.train.batch import Batch, collate, micro_batches, model_attention, split_rows, token_micro_batches
-from ragen.plugins.components import component_config, make_component, make_env
+from ragen.plugins.components import component_config, make_component
 from ragen.config import RunConfig
 from ragen.models import distributed as dp
 from ragen.models.distributed import init_distributed, make_engine, pick_device, step_with_grad_norm, user_deepspeed_config
@@ -54,7 +54,7 @@ def resolve_preset(cfg: RunConfig) -> AlgorithmPreset:
 
 def actor_lr(cfg: RunConfig) -> float:
     """``trainer.actor_lr``, or its default for the model: 1e-4 for the built-in random-init sizes, 1e-5 otherwise."""
-    from ragen.models.load import BUILTIN_MODELS
+    from ragen.models.builtin import BUILTIN_MODELS
 
     if cfg.trainer.actor_lr is not None:
         return cfg.trainer.actor_lr
@@ -157,17 +157,9 @@ class Trainer:
             self.critic = make_engine(value_model, lr=tcfg.critic_lr, weight_decay=tcfg.weight_decay,
                                       grad_clip=tcfg.grad_clip, zero_stage=tcfg.zero_stage, dtype=self.dtype,
                                       extra_config=ds_extra)
-        if cfg.rollout.engine == "expert":  # scripted, off-policy rollouts: pipeline debugging and tests only
-            from ragen.rollout import ChatFormat
-            from ragen.plugins.components import parser_thinks
-            from ragen.warmstart.sft import ExpertEngine
+        from ragen.rollout.engines import make_rollout_engine
 
-            fmt = ChatFormat(self.tokenizer, enable_think=parser_thinks(cfg.rollout.parser, cfg.rollout.parser_options))
-            self.engine = ExpertEngine(self.tokenizer, fmt.eos_id, fmt.enable_think, noise=cfg.warmstart.noise, seed=cfg.trainer.seed)
-        else:
-            from ragen.rollout.vllm import make_rollout_engine
-
-            self.engine = make_rollout_engine(cfg, self.actor.module, self.tokenizer, self.model_source.path, self.dtype)
+        self.engine = make_rollout_engine(cfg, self.actor.module, self.tokenizer, self.model_source.path, self.dtype)
         # the reference policy: with LoRA the base model with adapters disabled, else a frozen copy
         self.reference = self._make_reference(model) if self.preset.needs_reference and not self.lora else None
         self.kl_beta = self.preset.kl_reward_coef

@@ -32,7 +32,7 @@ INFO_FILE = "warmstart.json"
 
 def applies(cfg: RunConfig, flag: bool | None = None) -> bool:
     """Whether this run warm-starts: the CLI flag wins, then ``warmstart.mode``; 'auto' = only built-in models."""
-    from ragen.models.load import BUILTIN_MODELS
+    from ragen.models.builtin import BUILTIN_MODELS
 
     if flag is not None:
         return flag

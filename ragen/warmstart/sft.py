@@ -7,74 +7,20 @@ the prompts, deltas, masks and parsing are the ones RL will use.
 
 from __future__ import annotations
 
-import random
 import shutil
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 
 from ragen.train.batch import collate, micro_batches, mini_batches
-from ragen.errors import ConfigError
 from ragen.train.losses import AggNorm, aggregate, token_logprobs
-from ragen.rollout import EnvGroups, GroupSpec, run_rollout
-from ragen.rollout.engine import Generation, SamplingParams
+from ragen.rollout import EnvGroups, GroupSpec, RolloutSettings, run_rollout
+from ragen.rollout.engine import SamplingParams
+from ragen.rollout.expert import ExpertEngine
 from ragen.log import log
 from ragen.log import progress as progress_bar
 
 DEMO_SEED_BASE = 900_000  # disjoint from train (10000 + ...) and validation (123 + g) seeds
-
-
-class ExpertEngine:
-    """A rollout engine whose 'samples' are the expert's answers for each env's current state."""
-
-    def __init__(self, tokenizer: Any, eos_id: int, enable_think: bool = True, noise: float = 0.0, seed: int = 0):
-        self.tokenizer, self.eos_id, self.enable_think = tokenizer, eos_id, enable_think
-        self.noise, self.seed = noise, seed
-        self.rng = random.Random(seed)
-
-    @property
-    def eos_token_ids(self) -> list[int]:
-        return [self.eos_id]
-
-    def sync_weights(self, model: Any) -> None:
-        pass
-
-    def generate(self, prompts, params):
-        raise TypeError("ExpertEngine answers per env: the rollout calls generate_for_envs")
-
-    def _episode_rng(self, env, prompt_len: int) -> random.Random:
-        """Noise drawn per (seed, episode, turn): demos do not depend on how episodes are batched or sharded."""
-        key = [self.seed, int(env.current_seed or 0), int(env.rollout_index), prompt_len]
-        return random.Random(int(np.random.SeedSequence(key).generate_state(1)[0]))
-
-    def response_text(self, env, rng: random.Random | None = None) -> str:
-        rng = rng or self.rng
-        if env.expert is None:
-            raise ConfigError(f"env {env.name!r} has no expert, so it cannot be warm-started")
-        expert = env.expert.next_actions(env, env.config.max_actions_per_turn)
-        actions = expert
-        if env.action_names:
-            actions = [rng.choice(env.action_names) if rng.random() < self.noise else a for a in actions]
-        sep = f" {env.action_separator} " if env.action_separator else ""
-        answer = sep.join(actions) if sep else (actions[0] if actions else "")
-        answer_part = f"<answer>{answer}</answer>"
-        if not self.enable_think:  # the prefill was "<answer>"
-            return answer_part.removeprefix("<answer>")
-        # A noised turn must not carry the expert's reasoning for other actions: the demo would teach answers that
-        # contradict their own <think>. It says it explores instead, a branch RL can learn to prune.
-        think = env.expert.rationale(env) if actions == expert else f"Exploring: trying {answer}."
-        return f"{think}</think>{answer_part}"
-
-    def generate_for_envs(self, envs, prompts, params: SamplingParams) -> list[Generation]:
-        out = []
-        for env, prompt in zip(envs, prompts, strict=True):
-            text = self.response_text(env, self._episode_rng(env, len(prompt)))
-            ids = self.tokenizer.encode(text, add_special_tokens=False)[: params.max_new_tokens - 1]
-            ids.append(self.eos_id)
-            out.append(Generation(ids, [0.0] * len(ids), "stop"))
-        return out
 
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,
@@ -86,9 +32,7 @@ def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes:
     groups.seed_of = lambda step, g: seed_base + g  # type: ignore[method-assign]
     try:
         with progress_bar(0, 0, progress, desc=f"expert demos ({env_name})", unit="turn") as bar:
-            res = run_rollout(engine, tokenizer, groups, SamplingParams(temperature=0.0, seed=seed),
-                              max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty,
-                              progress=bar)
+            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=seed), RolloutSettings(max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty), progress=bar)
     finally:
         groups.close()
     return res
@@ -212,7 +156,7 @@ def _run_demos(cfg, tokenizer, fmt):
 def prompt_weight(cfg) -> float:
     """``warmstart.prompt_loss_weight``, or its default: 1.0 for a built-in (randomly initialised) model, which must
     learn to read the env's text, 0.0 for a real model (plain response-only SFT)."""
-    from ragen.models.load import BUILTIN_MODELS
+    from ragen.models.builtin import BUILTIN_MODELS
 
     w = cfg.warmstart.prompt_loss_weight
     if w is not None:
