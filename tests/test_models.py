@@ -12,15 +12,8 @@ import pytest
 
 import ragen
 from ragen import option
-from ragen.models.load import (
-    SMOLLM2_DIST,
-    TINY_DIRNAME,
-    build_corpus,
-    build_tiny_model,
-    load_model_and_tokenizer,
-    resolve_dtype,
-    resolve_model,
-)
+from ragen.models.builtin import TINY_DIRNAME, build_corpus, build_tiny_model
+from ragen.models.load import SMOLLM2_DIST, load_model_and_tokenizer, resolve_dtype, resolve_model
 
 
 @attrs.frozen(kw_only=True)
