@@ -53,7 +53,8 @@ class EnvSlot:
         return {"split": self.split, "rollout_index": self.rollout_index}
 
 
-def _default_factory(name: str, options: dict) -> Env:
+def default_factory(name: str, options: dict) -> Env:
+    """Build a registered env (``make_env``): the factory a pool uses unless given another."""
     from ragen.plugins.components import make_env
 
     return make_env(name, **options)
@@ -69,7 +70,7 @@ class EnvGroups:
         split: str = "train",
         n_groups: int | None = None,
         options: dict | None = None,
-        factory: Callable[[str, dict], Env] = _default_factory,
+        factory: Callable[[str, dict], Env] = default_factory,
         shard: tuple[int, int] = (0, 1),
     ):
         if isinstance(specs, str):

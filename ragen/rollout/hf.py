@@ -32,7 +32,9 @@ from ragen.rollout.context import turn_end
 from ragen.rollout.engine import Generation, SamplingParams, check_prompts
 
 
-def _as_list(value: Any) -> list[int]:
+def as_id_list(value: Any) -> list[int]:
+    """Token ids from an ``eos_token_id`` field: None, an int, a list or a tensor (tokenizers and generation configs
+    disagree on which)."""
     if value is None:
         return []
     if isinstance(value, (list, tuple, set)):
@@ -135,8 +137,8 @@ class HFEngine:
         self._kv: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # ids -> per-layer (k, v)
         self.kv_stats = {"prompt_tokens": 0, "reused_tokens": 0}
         if eos_token_ids is None:
-            ids = _as_list(getattr(tokenizer, "eos_token_id", None))
-            ids += _as_list(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+            ids = as_id_list(getattr(tokenizer, "eos_token_id", None))
+            ids += as_id_list(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
             if getattr(tokenizer, "chat_template", None):
                 ids.append(turn_end(tokenizer)[0])
             eos_token_ids = ids

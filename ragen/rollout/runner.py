@@ -29,8 +29,8 @@ from ragen.plugins.components import parser_thinks
 from ragen.envs.prompt import reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
-from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, _default_factory
-from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks, run_job as _run_job
+from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, default_factory
+from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks, run_job
 from ragen.contract.trajectory import Trajectory, TurnRecord
 
 
@@ -230,7 +230,7 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
         timing["generate_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         for run, turn in results:  # slot order, whatever order the pool finished in
-            exc = turn.exception() if isinstance(turn, Future) else _run_job(turn)
+            exc = turn.exception() if isinstance(turn, Future) else run_job(turn)
             if exc is not None:
                 fail(run.slot, f"turn {run.episode.turn}", exc)
                 failed.add(id(run))
@@ -384,7 +384,7 @@ class Rollout:
         r = cfg.rollout
         self.chat_format = ChatFormat(tokenizer, enable_think=parser_thinks(r.parser, getattr(r, "parser_options", None)))
         # envs declaring concurrency='process' are built in worker processes when env_workers > 1 (stepping.py)
-        self._pooled = PooledFactory(factory or _default_factory, int(getattr(r, "env_workers", 1) or 1))
+        self._pooled = PooledFactory(factory or default_factory, int(getattr(r, "env_workers", 1) or 1))
         self._factory = {"factory": self._pooled, "shard": shard}
         from ragen.envs.env_lists import train_plan, val_plan
 
