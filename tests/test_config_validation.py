@@ -201,3 +201,36 @@ def test_make_component_algorithm_returns_the_preset_with_options():
     assert isinstance(preset, ragen.AlgorithmPreset) and preset.kl_coef == 0.01 and preset.estimator == "grpo"
     with pytest.raises(ConfigError, match="grpo.kl_cof: unknown key; did you mean 'kl_coef'"):
         ragen.make_component("algorithm", "grpo", kl_cof=0.01)
+
+
+# ---- issue 26: config and run-folder names are data, every error one line ------------------------------------------
+
+
+def test_a_yaml_key_given_twice_is_refused(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("trainer:\n  steps: 3\n  steps: 4\n")
+    with pytest.raises(ConfigError, match=r"key 'steps' is given twice \(line 3\)") as exc:
+        load_config(path)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ConfigError, match="given twice"):
+        load_config(overrides=["env.options={max_turns: 2, max_turns: 3}"])
+
+
+def test_an_integer_of_5000_digits_is_one_line(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("trainer:\n  steps: " + "9" * 5000 + "\n")
+    for args in ((path,), (None, ["trainer.seed=" + "9" * 5000])):
+        with pytest.raises(ConfigError, match="5000 digits") as exc:
+            load_config(*args)
+        assert "\n" not in str(exc.value) and len(str(exc.value)) < 400
+
+
+@pytest.mark.parametrize("name, problem", [
+    ("../../x", "path separator"), ("a/b", "path separator"), ("..", "'.' or '..'"), ("a\0b", "control character"),
+    ("x\x1b]0;title\x07", "control character"), ("a" * 300, "300 characters"),
+])
+def test_logging_name_is_one_path_component(name, problem):
+    with pytest.raises(ConfigError, match="logging.name: a run folder name must be one path component") as exc:
+        structure(RunConfig, {"logging": {"name": name}})
+    assert problem in str(exc.value) and "\n" not in str(exc.value)
+    assert structure(RunConfig, {"logging": {"name": "my-run_1.v2"}}).logging.name == "my-run_1.v2"

@@ -14,6 +14,26 @@ from ragen.config.schema import RunConfig
 from ragen.config.structure import converter, structure
 from ragen.errors import ConfigError
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ValueError(f"key {key!r} is given twice (line {key_node.start_mark.line + 1})")
+            if isinstance(key, (str, int, float, bool)):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as ``yaml.safe_load`` reads it, but a duplicate key is a ``ValueError`` and so is an integer of more digits
+    than Python converts (4,300); callers turn both into a one-line ``ConfigError``."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_file(path: str | Path) -> dict:
     """Read a YAML or TOML config file into a dict."""
     path = Path(path)
@@ -27,8 +47,8 @@ def read_file(path: str | Path) -> dict:
         raise ConfigError(f"config file {str(path)!r} is binary (it holds NUL bytes); give a YAML or TOML file")
     kind = path.suffix.lstrip(".") or "YAML"
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        data = tomllib.loads(text) if path.suffix == ".toml" else load_yaml(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, ValueError) as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid {kind}: {_one_line(exc)}") from None
     except RecursionError:  # the YAML parser recurses per nesting level
         raise ConfigError(f"config file {str(path)!r}: nested more than Python's recursion limit allows") from None
@@ -66,7 +86,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         if not sep or not key.strip():
             raise ConfigError(f"override {item!r}: expected section.key=value")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = load_yaml(raw) if raw.strip() else ""
+        except ValueError as exc:  # a number beyond Python's 4,300-digit conversion limit, a duplicate key
+            raise ConfigError(f"override {key.strip()}: {_one_line(exc)}") from None
         except yaml.YAMLError:
             value = raw
         except RecursionError:

@@ -191,12 +191,25 @@ class CollapseSection:
     i_threshold: float | None = option(None, "With h_threshold: MI below this is 'low' for collapse/regime.", range=NON_NEGATIVE)
 
 
+def _run_name(_inst: Any, attribute: attrs.Attribute, value: str) -> None:
+    """A run folder's name stays inside ``run_dir``: one path component a filesystem accepts."""
+    if not value:
+        return
+    problem = ("holds a path separator" if "/" in value or "\\" in value else
+               "is '.' or '..'" if value in (".", "..") else
+               "holds a control character" if any(ord(c) < 32 or ord(c) == 127 for c in value) else
+               f"is {len(value)} characters long (at most 200)" if len(value) > 200 else "")
+    if problem:
+        raise ConfigError(f"{attribute.name}: a run folder name must be one path component; {value[:40]!r} {problem}")
+
+
 @attrs.frozen(kw_only=True)
 class LoggingSection:
     """Where results go."""
 
     run_dir: str = option("runs", "Parent folder of run folders.")
-    name: str = option("", "Run folder name; empty = '<env>-<algo>-<timestamp>'.")
+    name: str = option("", "Run folder name, one path component under run_dir (no '/', '..', control characters; "
+                           "at most 200 characters); empty = '<env>-<algo>-<timestamp>'.", validator=_run_name)
     wandb: bool = option(False, "Log to Weights & Biases (imported only then; WANDB_MODE=offline works).")
     wandb_project: str = option("ragen", "Weights & Biases project.")
     save_trajectories: int = option(8, "Trajectories per step written to trajectories.jsonl (0 = none, -1 = all).", range=Range(0, also=(-1,)))
