@@ -199,9 +199,10 @@ def _assert_same_weights(a: dict, b: dict) -> None:
 
 
 # ---- thread policy and no run-time compilation -----------------------------------------------------------------
-def test_thread_policy():
+def test_thread_policy(monkeypatch):
     from ragen.models.distributed import default_threads, set_threads
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the user's setting wins: tests/test_threads.py
     before = torch.get_num_threads()
     try:
         assert set_threads(1) == 1 and torch.get_num_threads() == 1

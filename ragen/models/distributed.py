@@ -20,21 +20,32 @@ def pick_device(name: str) -> torch.device:
 
 
 def default_threads() -> int:
-    """CPU cores this process may use, divided among the local processes of a launch (at least 1)."""
+    """The thread count ``trainer.threads=0`` means: the user's ``OMP_NUM_THREADS`` when set (torch's own convention;
+    launchers such as torchrun set it per rank), else the CPU cores this process may use divided among the local
+    processes of a launch (at least 1)."""
+    user = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if user.isdigit() and int(user) > 0:
+        return int(user)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     return max(1, cores // max(local, 1))
 
 
 def set_threads(threads: int) -> int:
-    """Apply ``trainer.threads`` (0 = ``default_threads()``) with ``torch.set_num_threads``; returns the count used.
+    """Apply ``trainer.threads`` (0 = ``default_threads()``) with ``torch.set_num_threads``; returns the count used and
+    logs it (``torch_threads``) with where it came from.
 
     More intra-op threads than free cores makes OpenMP barriers spin and stall: on 2 cores shared with other work,
     small matmuls ran 30-70x slower at 2 threads than at 1. Every rank calls this, and the HF rollout runs in the
     same process, so one call covers generation and training."""
+    from ragen.log import log
+
     n = threads or default_threads()
+    source = "trainer.threads" if threads else ("OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit()
+                                                 else "cores / local processes")
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
+    log.info("torch_threads", threads=n, source=source)
     return n
 
 
