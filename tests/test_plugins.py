@@ -50,19 +50,109 @@ class _Dup:
         register("dup-filter", lambda config: (lambda inp: ragen.FilterResult(sorted(set(inp.group_ids)))))
 
 
-def test_duplicate_refuses_only_the_clashing_component(fresh_plugins):
+def test_a_plugin_taking_core_names_is_refused_whole(fresh_plugins):
+    """Issue 26: the core's names (and the algorithms it ships) and a distribution's own names always win, and the
+    intruder is refused loudly: broken, none of its components load."""
     register_plugin(_Dup(), "dup", dist="ragen-dup")
-    with pytest.warns(PluginWarning, match="'ragen-algos' and 'ragen-dup'"):
+    with pytest.warns(PluginWarning, match="'ragen-dup' is broken.*'grpo', which belongs to 'ragen-algos'"):
         reg = get_registry("algorithm")
-    assert reg.get("grpo").dist == "ragen-algos"  # the first registration keeps the name
-    assert reg.get("dup-own").dist == "ragen-dup"  # the rest of the plugin loads
-    with pytest.warns(PluginWarning, match="'ragen-frozenlake' and 'ragen-dup'"):
+    assert reg.get("grpo").dist == "ragen-algos"  # the core's algorithms keep their names
+    assert "dup-own" not in reg  # the intruder is refused whole
+    envs = get_registry("env")
+    assert envs.get("frozenlake").dist == "ragen-frozenlake" and "dup-lake" not in envs
+    assert "dup-filter" not in get_registry("filter")
+    assert [b.dist for b in broken_plugins() if b.dist == "ragen-dup"] == ["ragen-dup"]
+    assert ("algorithm", "grpo", "ragen-algos", "ragen-dup") in {(c.kind, c.name, c.kept, c.refused) for c in clashes()}
+
+
+class _Other:
+    @hookimpl
+    def register_envs(self, register):
+        from ragen_frozenlake.env import FrozenLakeEnv
+
+        register("shared-lake", FrozenLakeEnv)
+        register("other-lake", FrozenLakeEnv)
+
+
+class _Later:
+    @hookimpl
+    def register_envs(self, register):
+        from ragen_frozenlake.env import FrozenLakeEnv
+
+        register("shared-lake", FrozenLakeEnv)  # a name neither distribution owns: the first to load keeps it
+        register("later-lake", FrozenLakeEnv)
+
+
+def test_duplicate_refuses_only_the_clashing_component(fresh_plugins):
+    register_plugin(_Other(), "other", dist="ragen-other")
+    register_plugin(_Later(), "later", dist="ragen-later")
+    with pytest.warns(PluginWarning, match="'ragen-other' and 'ragen-later'"):
         envs = get_registry("env")
-    assert envs.get("frozenlake").dist == "ragen-frozenlake" and envs.get("dup-lake").dist == "ragen-dup"
-    assert get_registry("filter").get("dup-filter").dist == "ragen-dup"
-    assert not any(b.dist == "ragen-dup" for b in broken_plugins())
-    assert {(c.kind, c.name, c.kept, c.refused) for c in clashes()} == {
-        ("algorithm", "grpo", "ragen-algos", "ragen-dup"), ("env", "frozenlake", "ragen-frozenlake", "ragen-dup")}
+    assert envs.get("shared-lake").dist == "ragen-other"  # the first registration keeps the name
+    assert envs.get("later-lake").dist == "ragen-later"  # the rest of the plugin loads
+    assert not any(b.dist in ("ragen-other", "ragen-later") for b in broken_plugins())
+    assert {(c.kind, c.name, c.kept, c.refused) for c in clashes()} == {("env", "shared-lake", "ragen-other", "ragen-later")}
+
+
+class _Intruder:
+    """The red team's plugin: loads first and asks pluggy to call its hooks last, so its names would be registered
+    first under pluggy's call order."""
+
+    @hookimpl(trylast=True)
+    def register_action_parsers(self, register):
+        register("think-answer", lambda config: (lambda response: ragen.Parsed(True, "", "up")))
+
+    @hookimpl(trylast=True)
+    def register_envs(self, register):
+        from ragen_frozenlake.env import FrozenLakeEnv
+
+        register("frozenlake", FrozenLakeEnv, description="not the real one")
+
+
+def test_an_intruder_loaded_first_with_trylast_takes_no_core_name(fresh_plugins):
+    from ragen.plugins import loader
+
+    register_plugin(_Intruder(), "aaa-intruder", dist="aaa-intruder")
+    # put it first in load order, as an entry point sorting before every other would be
+    loader._state.plugins = {"aaa-intruder": loader._state.plugins.pop("aaa-intruder"), **loader._state.plugins}
+    with pytest.warns(PluginWarning, match="'aaa-intruder' is broken"):
+        parsers = get_registry("parser")
+    assert parsers.get("think-answer").dist == "ragen"
+    assert get_registry("env").get("frozenlake").dist == "ragen-frozenlake"
+    assert any(b.dist == "aaa-intruder" for b in broken_plugins())
+
+
+class _Escapes:
+    @hookimpl
+    def register_envs(self, register):
+        from ragen_frozenlake.env import FrozenLakeEnv
+
+        register("escape-lake", FrozenLakeEnv, description="\x1b]0;pwned\x07a lake\x9b31m")
+
+
+def test_plugin_text_loses_its_control_characters(fresh_plugins):
+    register_plugin(_Escapes(), "escapes", dist="ragen-escapes")
+    text = get_registry("env").get("escape-lake").description
+    assert text == " ]0;pwned a lake 31m" and not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def test_a_slow_plugin_import_is_named(monkeypatch, capsys):
+    import importlib.metadata
+    import sys
+    import types
+
+    from ragen.plugins import loader
+
+    slow = types.ModuleType("ragen_slowimport")
+    monkeypatch.setitem(sys.modules, "ragen_slowimport", slow)
+    ep = importlib.metadata.EntryPoint("slowimport", "ragen_slowimport", "ragen")
+    monkeypatch.setattr(loader, "SLOW_IMPORT_S", 0.2)
+    import time
+
+    real_load = importlib.metadata.EntryPoint.load
+    monkeypatch.setattr(importlib.metadata.EntryPoint, "load", lambda self: (time.sleep(0.6), real_load(self))[1])
+    assert loader._load_timed(ep, "ragen-slowimport") is slow
+    assert "still importing plugin 'ragen-slowimport' (entry point 'slowimport') after 0.2 s" in capsys.readouterr().err
 
 
 class _Misspelt:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import sys
+import threading
 import warnings
 from typing import Any
 
@@ -23,7 +25,7 @@ import pluggy
 
 from ragen.contract import hookspecs
 from ragen.errors import DuplicateNameError, UnknownNameError
-from ragen.plugins.registry import Registry
+from ragen.plugins.registry import Registry, printable
 
 ENTRY_POINT_GROUP = "ragen"
 #: the core's own components, registered as plugins by module name so this loader imports none of them itself
@@ -64,8 +66,9 @@ class BrokenPlugin:
 
 @attrs.frozen
 class Clash:
-    """A component name two distributions registered: ``kept`` registered it first (entry points load in name
-    order) and keeps it; ``refused``'s component of that name is absent, the rest of ``refused`` loads."""
+    """A component name two distributions registered: ``kept`` keeps it (the core, then the name's own distribution,
+    then load order: entry points in name order); ``refused``'s component of that name is absent. The rest of
+    ``refused`` loads, unless the name was the core's or another distribution's own: then ``refused`` is broken."""
 
     kind: str
     name: str
@@ -110,11 +113,31 @@ def _load_entry_points() -> None:
         dist = ep.dist.name if ep.dist else ep.name
         version = ep.dist.version if ep.dist else "?"
         try:
-            module = ep.load()
+            module = _load_timed(ep, dist)
         except Exception as exc:  # a broken plugin must not take the others down
             _mark_broken(ep.name, dist, version, f"import failed: {type(exc).__name__}: {exc}")
             continue
         _add_plugin(module, PluginInfo(ep.name, dist, version, getattr(module, "__name__", repr(module))))
+
+
+#: seconds a plugin's import may take before ragen says which plugin it is waiting for
+SLOW_IMPORT_S = 5.0
+
+
+def _load_timed(ep: importlib.metadata.EntryPoint, dist: str) -> Any:
+    """``ep.load()``, naming the plugin on stderr if its import takes longer than ``SLOW_IMPORT_S`` (a plugin that
+    hangs at import would otherwise hang every ragen command without a word)."""
+    def say() -> None:
+        sys.stderr.write(f"ragen: still importing plugin {printable(dist)!r} (entry point {printable(ep.name)!r}) after "
+                         f"{SLOW_IMPORT_S:g} s; RAGEN_LOAD_PLUGINS selects which plugins load\n")
+
+    timer = threading.Timer(SLOW_IMPORT_S, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        return ep.load()
+    finally:
+        timer.cancel()
 
 
 def _add_plugin(obj: Any, info: PluginInfo) -> bool:
@@ -131,6 +154,7 @@ def _add_plugin(obj: Any, info: PluginInfo) -> bool:
 
 
 def _mark_broken(name: str, dist: str, version: str, error: str) -> None:
+    error = printable(error)
     _state.broken[name] = BrokenPlugin(name, dist, version, error)
     _state.plugins.pop(name, None)
     for reg in _state.registries.values():
@@ -148,26 +172,76 @@ def _version(dist: str) -> str:
         return "0+unknown"
 
 
-def _fill(kind: str, reg: Registry) -> None:
-    hook = getattr(_state.pm.hook, KINDS[kind])
-    for impl in hook.get_hookimpls():
+#: distributions whose names no plugin may take: the core's own (its default plugins) and the algorithms it depends on
+CORE_DISTS = ("ragen", "ragen-algos")
+
+
+def owner_dist(name: str) -> str:
+    """The distribution a component name belongs to by convention: ``sokoban-large`` -> ``ragen-sokoban``."""
+    return "ragen-" + name.split("-", 1)[0]
+
+
+def _rank(dist: str, name: str) -> int:
+    """Who wins a name: the core (0), the algorithms it ships (1), the name's own distribution (2), anyone else (3)."""
+    if dist in CORE_DISTS:
+        return CORE_DISTS.index(dist)
+    return 2 if dist == owner_dist(name) else 3
+
+
+@attrs.frozen
+class _Registration:
+    plugin: PluginInfo
+    order: int  # the plugin's load order: the core's defaults, then entry points by name, then in-process plugins
+    name: Any
+    factory: Any
+    kwargs: dict
+
+
+def _collect(kind: str) -> list[_Registration]:
+    """Every ``register`` call of every plugin's hook for ``kind``, recorded, not applied: the order in which names
+    are claimed is decided here, never by pluggy's call order (``tryfirst``/``trylast``)."""
+    order = {name: i for i, name in enumerate(_state.plugins)}
+    calls: list[_Registration] = []
+    for impl in getattr(_state.pm.hook, KINDS[kind]).get_hookimpls():
         info = _state.plugins.get(impl.plugin_name)
         if info is None:
             continue
-        dist = info.dist
+        mine: list[_Registration] = []
 
-        def register(name, factory, _dist=dist, **kwargs):
-            try:
-                return reg.register(name, factory, dist=_dist, **kwargs)
-            except DuplicateNameError as exc:  # refuse this one name; the plugin's other components still load
-                _state.clashes.append(Clash(exc.kind, exc.name, exc.first, exc.second))
-                warnings.warn(f"ragen plugin {exc.second!r}: {exc}", PluginWarning, stacklevel=2)
-                return None
+        def register(name, factory, _info=info, _mine=mine, **kwargs):
+            _mine.append(_Registration(_info, order[_info.name], name, factory, kwargs))
 
         try:
             impl.function(**{arg: register for arg in impl.argnames})
         except Exception as exc:
-            _mark_broken(info.name, dist, info.version, f"{KINDS[kind]} failed: {type(exc).__name__}: {exc}")
+            _mark_broken(info.name, info.dist, info.version, f"{KINDS[kind]} failed: {type(exc).__name__}: {exc}")
+            continue
+        calls += mine
+    return calls
+
+
+def _fill(kind: str, reg: Registry) -> None:
+    """Apply the plugins' registrations, highest claim first (``_rank``), then in load order. A name taken again is
+    refused for the later plugin (its other components load); a plugin that tries to take a name of the core, of the
+    algorithms the core ships, or of another distribution's own namespace is refused whole, loudly."""
+    calls = _collect(kind)
+    ranked = sorted(calls, key=lambda c: (_rank(c.plugin.dist, c.name) if isinstance(c.name, str) else 3, c.order))
+    for call in ranked:
+        info = call.plugin
+        if info.name not in _state.plugins:  # refused whole earlier in this loop
+            continue
+        try:
+            reg.register(call.name, call.factory, dist=info.dist, **call.kwargs)
+        except DuplicateNameError as exc:
+            kept = reg.get(exc.name).dist
+            _state.clashes.append(Clash(exc.kind, exc.name, exc.first, exc.second))
+            if _rank(kept, exc.name) < 3:
+                _mark_broken(info.name, info.dist, info.version, f"it registers the {exc.kind} {exc.name!r}, which belongs "
+                             f"to {kept!r}: a plugin may not take a core component's name or another distribution's own")
+            else:  # refuse this one name; the plugin's other components still load
+                warnings.warn(f"ragen plugin {exc.second!r}: {exc}", PluginWarning, stacklevel=2)
+        except Exception as exc:  # a bad name or config class: the plugin breaks its contract
+            _mark_broken(info.name, info.dist, info.version, f"{KINDS[kind]} failed: {type(exc).__name__}: {exc}")
 
 
 def get_registry(kind: str) -> Registry:

@@ -54,7 +54,7 @@ class Registry:
             raise DuplicateNameError(self.kind, name, self._items[name].dist, dist)
         if description is None:
             description = _first_line(getattr(factory, "__doc__", None))
-        item = Component(self.kind, name, factory, config, dist, description or "", dict(defaults or {}))
+        item = Component(self.kind, name, factory, config, dist, printable(description or ""), dict(defaults or {}))
         self._items[name] = item
         return item
 
@@ -93,6 +93,12 @@ def _env_config(name: str, factory: Any, config: type | None, dist: str) -> type
         raise RegistrationError(f"{dist}: config of env {name!r} must subclass ragen.EnvConfig (the core reads the episode "
                                 f"budget from it), got {config!r}")
     return config
+
+
+def printable(text: str) -> str:
+    """Plugin-supplied text as listings print it: control characters (terminal escapes such as an OSC title) become
+    spaces, so a plugin's description cannot drive the user's terminal."""
+    return "".join(" " if (ord(c) < 32 or 127 <= ord(c) < 160) else c for c in str(text))
 
 
 def _first_line(doc: str | None) -> str:
