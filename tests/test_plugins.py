@@ -191,3 +191,22 @@ def test_allow_list_env_var(fresh_plugins, monkeypatch):
     monkeypatch.setenv("RAGEN_LOAD_PLUGINS", "")
     assert {p.dist for p in ragen.loaded_plugins()} == {"ragen"}
     assert len(get_registry("algorithm")) == 0
+
+
+def test_an_allow_list_naming_an_env_keeps_the_default_algorithms(fresh_plugins, monkeypatch):
+    """Issue 26: `RAGEN_LOAD_PLUGINS=ragen-bandit ragen run --env bandit` failed with unknown algorithm 'grpo'."""
+    monkeypatch.setenv("RAGEN_LOAD_PLUGINS", "ragen-bandit")
+    assert {p.dist for p in ragen.loaded_plugins()} == {"ragen", "ragen-algos", "ragen-bandit"}
+    assert "grpo" in get_registry("algorithm") and "sokoban" not in get_registry("env")
+
+
+def test_a_config_listing_env_train_needs_no_plugin_for_env_name(fresh_plugins, monkeypatch):
+    """Issue 26: with env.train given, env.name (default 'sokoban') is unused, so its plugin need not be installed."""
+    from ragen.config import load_config
+    from ragen.envs.env_lists import check_plan
+    from ragen.train.provenance import resolved_config
+
+    monkeypatch.setenv("RAGEN_LOAD_PLUGINS", "ragen-bandit")
+    cfg = load_config(overrides=["env.train=[{name: bandit}]"])
+    check_plan(cfg)
+    assert resolved_config(cfg)["env"]["train"][0]["name"] == "bandit"

@@ -7,7 +7,8 @@ in ``broken_plugins()`` and announced with a ``PluginWarning`` naming its distri
 absent and the other plugins keep working.
 
 ``RAGEN_LOAD_PLUGINS`` (comma-separated distribution or entry-point names) restricts which entry points load;
-set it to the empty string to load none.
+set it to the empty string to load none. A list that names plugins also loads ``ragen-algos`` (the algorithms the
+core ships, which its default config names); the core's own components always load.
 """
 
 from __future__ import annotations
@@ -95,6 +96,8 @@ def _allowed(ep: importlib.metadata.EntryPoint) -> bool:
     if allow is None:
         return True
     names = {n.strip() for n in allow.split(",") if n.strip()}
+    if names and ep.dist is not None and ep.dist.name in CORE_DISTS:
+        return True  # a list naming plugins keeps the algorithms the core ships (its default config names them)
     return ep.name in names or (ep.dist is not None and ep.dist.name in names)
 
 

@@ -54,7 +54,8 @@ def resolved_config(cfg: RunConfig) -> dict:
     data["algo"]["options"] = resolved_preset(cfg)
     data["rollout"]["parser_options"] = resolved_options("parser", cfg.rollout.parser, cfg.rollout.parser_options,
                                                          "rollout.parser_options")
-    data["env"]["options"] = resolved_options("env", cfg.env.name, cfg.env.options, "env.options")
+    if not cfg.env.train:  # with env.train, env.name is unused (docs/multi-env.md): its plugin need not be installed
+        data["env"]["options"] = resolved_options("env", cfg.env.name, cfg.env.options, "env.options")
     for section in ("train", "val"):  # multi-env runs list their envs, each with its own options and parser
         for i, entry in enumerate(data["env"].get(section) or ()):
             entry["options"] = resolved_options("env", entry["name"], entry.get("options"), f"env.{section}[{i}].options")
