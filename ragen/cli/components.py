@@ -154,13 +154,17 @@ def check_env_cmd(name: str, seeds: int, expert_episodes: int, options: tuple[st
 @click.option("--seed", default=0, show_default=True, help="Episode seed.")
 @click.option("--episodes", default=1, show_default=True, help="Episodes to play.")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
+@click.option("--format-penalty", type=click.FloatRange(max=0), default=None,
+              help="Cost of a malformed turn (default: a run's trainer.format_penalty).")
 @parser_options
-def play(name: str, seed: int, episodes: int, options: tuple[str, ...], parser_name: str, parser_options) -> None:
+def play(name: str, seed: int, episodes: int, options: tuple[str, ...], format_penalty: float | None, parser_name: str,
+         parser_options) -> None:
     """Play env NAME in the terminal: type actions (e.g. `Up || Left`) or a full <answer>…</answer> response."""
     from ragen.envs.play import play_episodes
 
     parser_opts = checked_parser(parser_name, parser_options)
-    play_episodes(name, seed=seed, episodes=episodes, options=key_values(options), parser=parser_name, parser_options=parser_opts)
+    play_episodes(name, seed=seed, episodes=episodes, options=key_values(options), parser=parser_name,
+                  parser_options=parser_opts, format_penalty=format_penalty)
 
 
 @cli.command("serve-env")

@@ -21,7 +21,10 @@ def answer_of(line: str, parse, prefill: str) -> tuple[str | None, str]:
     """The answer a typed line gives, and how it was read: through the parser (as the rollout calls it, on
     ``prefill + response``) when it matches; a line that does not match and holds a tag counts as a broken format
     (None, like a model's); any other line is taken as the actions themselves."""
-    parsed = parse(prefill + line)
+    try:
+        parsed = parse(prefill + line)
+    except Exception as exc:  # noqa: BLE001 - as in a run: a parser that raises reads as a malformed response
+        return None, f"parser raised {type(exc).__name__}: {exc}"
     if parsed.matched:
         return parsed.answer, "parsed"
     if "<" in line:
@@ -30,8 +33,10 @@ def answer_of(line: str, parse, prefill: str) -> tuple[str | None, str]:
 
 
 def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | None = None, parser: str = "think-answer",
-                  parser_options: dict | None = None) -> None:
-    """Play ``episodes`` episodes of env ``name``; responses go through the registered parser ``parser``."""
+                  parser_options: dict | None = None, format_penalty: float | None = None) -> None:
+    """Play ``episodes`` episodes of env ``name``; responses go through the registered parser ``parser``; a malformed
+    turn costs ``format_penalty`` (None = a run's default, ``trainer.format_penalty``), as it would in a run."""
+    from ragen.config import TrainerSection
     from ragen.plugins.components import parser_thinks
 
     parse = make_component("parser", parser, **(parser_options or {}))
@@ -41,7 +46,8 @@ def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | N
     stdin = click.get_text_stream("stdin")
     try:
         for i in range(episodes):
-            ep = Episode(env)
+            penalty = TrainerSection().format_penalty if format_penalty is None else format_penalty
+            ep = Episode(env, format_penalty=penalty)
             ep.reset(seed=seed + i)
             click.echo(f"=== {name}, seed {seed + i} ({env.task_id}) ===")
             click.echo(system_prompt(env))

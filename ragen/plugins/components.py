@@ -39,7 +39,12 @@ def make_component(kind: str, name: str, **options: Any) -> Any:
     item = get_registry(kind).get(name)
     if kind == "algorithm":
         return preset_with(item.factory, options, path=name)
-    return item.factory(component_config(item, options, path=name))
+    component = item.factory(component_config(item, options, path=name))
+    try:  # so a contract breach can name the component and its distribution in one line
+        component.component_name = f"{kind} {name!r} of {item.dist}"
+    except (AttributeError, TypeError):  # objects without a __dict__ (builtins, slots) keep their own repr
+        pass
+    return component
 
 
 def preset_with(preset: Any, options: dict, path: str = "algo.options") -> Any:

@@ -70,6 +70,25 @@ def _numeric_info(info: dict) -> dict[str, float]:
 
 #: the turn-info flag of a reward that was NaN or infinite (counted as rollout/nonfinite_rewards)
 NONFINITE_FLAG = "nonfinite_reward"
+#: turn info flag: the action parser raised on this response (counted in ``rollout/parser_errors``)
+PARSER_ERROR_FLAG = "parser_error"
+_parsers_warned: set[str] = set()
+
+
+def parse_safely(parser: Callable[[str], Parsed], text: str) -> tuple[Parsed, str | None]:
+    """``parser(text)``; a parser that raises reads as no match, with its error returned (the turn is penalised like
+    any malformed response, never a crash). The first error of each parser is logged once per process, naming the
+    parser, so a broken parser is not a silent 0% valid format."""
+    try:
+        return parser(text), None
+    except Exception as exc:  # noqa: BLE001 - any parser failure: the response does not parse
+        error = f"{type(exc).__name__}: {exc}"
+        name = getattr(parser, "component_name", None) or getattr(parser, "__qualname__", repr(parser))
+        if name not in _parsers_warned:
+            _parsers_warned.add(name)
+            log.warning("parser_raised", parser=name, error=error,
+                        note="the response counts as malformed; every such turn is counted in parser_errors")
+        return Parsed(False), error
 
 
 def _finite_reward(env: Any, reward: Any, info: dict[str, float]) -> tuple[float, dict[str, float]]:
@@ -276,14 +295,13 @@ def _apply(
     ended_with_eos = bool(ids) and ids[-1] in eos_ids
     span = run.ctx.add_response(ids, logprobs)
     text = _decode(tokenizer, ids)
-    try:
-        parsed = parser(fmt.prefill + text)
-    except Exception:  # a parser choking on garbage: no match
-        parsed = Parsed(False)
+    parsed, parse_error = parse_safely(parser, fmt.prefill + text)
     answer = parsed.answer if parsed.matched else None
     ep = run.episode
     res = ep.step_turn(answer)
     reward, info = _finite_reward(ep.env, res.reward, _numeric_info(res.info))
+    if parse_error is not None:
+        info = {**info, PARSER_ERROR_FLAG: 1.0}
     run.traj.turns.append(
         TurnRecord(
             response_text=text,
@@ -350,6 +368,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
         "sequence_length_max": float(max((len(t.input_ids) for t in trajs), default=0)),
         "truncated_rate": _mean([float(t.truncated) for t in trajs]),
         "nonfinite_rewards": float(sum(t.info.get(NONFINITE_FLAG, 0.0) for t in turns)),
+        "parser_errors": float(sum(t.info.get(PARSER_ERROR_FLAG, 0.0) for t in turns)),
     }
     for key in TRUNCATION_KEYS:
         m[f"truncated/{key}"] = float(sum(t.truncation_reason == key for t in trajs))
@@ -365,7 +384,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
                 for key, value in turn.info.items():
                     values[key].append(value)
         for key, vals in values.items():
-            if key not in ("success", "score", NONFINITE_FLAG):
+            if key not in ("success", "score", NONFINITE_FLAG, PARSER_ERROR_FLAG):
                 m[f"{name}/{key}"] = _mean(vals)
     return m
 
