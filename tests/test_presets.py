@@ -61,3 +61,30 @@ def test_preset_two_steps_on_sokoban(tmp_path, algo):
         assert changed, f"{algo}: no actor weight changed"
     finally:
         trainer.close()
+
+
+# ---- issue 26: per-key overrides of a preset's nested options merge; options for an unused shaper fail ----------------
+
+
+def test_one_nested_option_keeps_the_presets_others():
+    from ragen.plugins.components import preset_with
+    from ragen.plugins.loader import get_registry
+
+    starpo = get_registry("algorithm").get("starpo-s").factory
+    out = preset_with(starpo, {"filter_options": {"value": 0.5}})
+    assert out.filter_options == {**starpo.filter_options, "value": 0.5} and len(out.filter_options) > 1
+    # naming another filter starts from that filter's defaults, not the old filter's options
+    assert preset_with(starpo, {"filter": "top-p", "filter_options": {"value": 0.9}}).filter_options == {"value": 0.9}
+
+
+def test_options_for_a_shaper_the_preset_does_not_apply_are_an_error():
+    from ragen.config import load_config
+    from ragen.errors import ConfigError
+    from ragen.train.provenance import resolved_config
+
+    cfg = load_config(overrides=["algo.name=grpo", "algo.options.shaper_options.reward-norm.method=mean_std"])
+    with pytest.raises(ConfigError, match=r"algo.options.shaper_options.reward-norm: the preset applies no shaper"):
+        resolved_config(cfg)
+    ok = load_config(overrides=["algo.name=grpo", "algo.options.shapers=[reward-norm]",
+                                "algo.options.shaper_options.reward-norm.method=mean_std"])
+    assert resolved_config(ok)["algo"]["options"]["shaper_options"]["reward-norm"]["method"] == "mean_std"

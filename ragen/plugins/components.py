@@ -47,13 +47,35 @@ def make_component(kind: str, name: str, **options: Any) -> Any:
     return component
 
 
+#: a preset's nested option dicts and the field naming the component they configure
+_NESTED_OPTIONS = {"filter_options": "filter", "pre_filter_options": "pre_filter", "estimator_options": "estimator"}
+
+
 def preset_with(preset: Any, options: dict, path: str = "algo.options") -> Any:
-    """An ``AlgorithmPreset`` with some fields replaced, validated like a config file's ``algo.options``."""
+    """An ``AlgorithmPreset`` with some fields replaced, validated like a config file's ``algo.options``.
+
+    Nested options merge key by key into the preset's (``algo.options.filter_options.value=0.5`` keeps the preset's
+    other filter options) as long as the component they configure is the preset's; naming another component starts
+    from that component's defaults. Options for a shaper the preset does not apply are an error, not dropped."""
     if not options:
         return preset
     from ragen.config import converter
 
-    return structure(type(preset), {**converter.unstructure(preset), **options}, path=path)
+    base = converter.unstructure(preset)
+    merged = {**base, **options}
+    for key, component in _NESTED_OPTIONS.items():
+        if isinstance(options.get(key), dict) and merged.get(component) == base.get(component):
+            merged[key] = {**(base.get(key) or {}), **options[key]}
+    if isinstance(options.get("shaper_options"), dict):
+        merged["shaper_options"] = {name: {**(base["shaper_options"].get(name) or {}), **(opts or {})}
+                                    if isinstance(opts, dict) else opts for name, opts in
+                                    {**base["shaper_options"], **options["shaper_options"]}.items()}
+    out = structure(type(preset), merged, path=path)
+    unused = sorted(set(out.shaper_options) - set(out.shapers))
+    if unused:
+        raise ConfigError(f"{path}.shaper_options.{unused[0]}: the preset applies no shaper {unused[0]!r} (its shapers: "
+                          f"{', '.join(out.shapers) or 'none'}); add it to {path}.shapers or drop its options")
+    return out
 
 
 def list_components(kind: str) -> list[Component]:
