@@ -25,9 +25,8 @@ import attrs
 import numpy as np
 import torch
 
-from ragen.contract.env import option
-from ragen.errors import ConfigError
 from ragen.train.losses import token_logprobs
+from ragen.train.shared_prefix import prefix_cache, remainder_hidden, shareable
 from ragen.contract.trajectory import Trajectory
 
 from ragen.config import SCHEMES, CollapseSection  # noqa: E402,F401  (the config lives with the other sections)
@@ -190,24 +189,29 @@ def sample_trajectory(samples: Sequence[Sequence[TurnSample]], num_samples: int,
 @torch.no_grad()
 def cross_score(module: torch.nn.Module, xs: Sequence[Sequence[int]], zs: Sequence[Sequence[int]], *,
                 temperature: float = 1.0, micro_batch_size: int = 128, pad_id: int = 0,
-                pad_rows_to: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                pad_rows_to: int = 1, shared: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``(L_mean, L_sum)``, each [M, N]: the mean and sum of log π(z_i tokens | x_j, earlier z_i tokens) for every
     reasoning z_i (M, each non-empty) after every prompt x_j (N), by teacher forcing with the causal LM ``module``.
 
     Rows ``[x_j | z_i]`` are right-padded (attention 0 on padding, positions 0..L−1), sorted by length so a micro-batch
     holds similar lengths, and scored ``micro_batch_size`` at a time; ``pad_rows_to`` pads each micro-batch's row count
     with copies (discarded) so every data-parallel rank sees the same shapes. The module is called like the trainer
-    calls the actor (decoder, then ``token_logprobs`` with the LM head and ``temperature``), in eval mode.
+    calls the actor (decoder, then ``token_logprobs`` with the LM head and ``temperature``), in eval mode. With
+    ``shared`` (and a decoder ``shared_prefix`` supports) each micro-batch runs its distinct prompts once and the
+    reasonings on top of their keys/values: the same log-probs up to float rounding, at a fraction of the cost.
     """
+    # rows grouped by prompt (longest prompts first), so a micro-batch holds few prompts, each run once and shared
+    # by its rows (``shared_prefix``): N prompts + N x M reasonings are encoded instead of N x M whole rows
     rows = sorted(((j, i) for i in range(len(zs)) for j in range(len(xs))),
-                  key=lambda r: -(len(xs[r[0]]) + len(zs[r[1]])))
+                  key=lambda r: (-len(xs[r[0]]), r[0], -len(zs[r[1]])))
+    score = _score_rows_shared if shared and shareable(module) else _score_rows
     l_sum = np.zeros((len(zs), len(xs)), dtype=np.float64)
     was_training = module.training
     module.eval()
     try:
         for start in range(0, len(rows), micro_batch_size):
             part = rows[start : start + micro_batch_size]
-            sums = _score_rows(module, [xs[j] for j, _ in part], [zs[i] for _, i in part], temperature, pad_id, pad_rows_to)
+            sums = score(module, [xs[j] for j, _ in part], [zs[i] for _, i in part], temperature, pad_id, pad_rows_to)
             for (j, i), s in zip(part, sums):
                 l_sum[i, j] = s
     finally:
@@ -244,6 +248,45 @@ def _score_rows(module: torch.nn.Module, xs: list, zs: list, temperature: float,
     chunk = max(1, LOGIT_BUDGET // (len(xs) * vocab))
     lp, _ = token_logprobs(h, lm_head, ids.gather(1, window), temperature=temperature, chunk=chunk)
     keep = torch.arange(1, lp.shape[1], device=device)[None, :] <= zlen[:, None]  # lp[:, k] = log p(z_{k-1})
+    return (lp[:, 1:] * keep).sum(-1)[:real].double().cpu().tolist()
+
+
+def _score_rows_shared(module: torch.nn.Module, xs: list, zs: list, temperature: float, pad_id: int,
+                       pad_rows_to: int) -> list[float]:
+    """``_score_rows`` with each distinct x of the micro-batch run once (but its last token): its keys/values are
+    expanded to its rows, and each row runs only ``[last x token | z]`` on top (the last x token predicts z's first)."""
+    real = len(xs)
+    extra = (-real) % max(1, pad_rows_to)
+    xs, zs = xs + [xs[-1]] * extra, zs + [zs[-1]] * extra
+    if min(len(x) for x in xs) < 2:  # a one-token prompt has no prefix to share
+        return _score_rows(module, xs[:real], zs[:real], temperature, pad_id, pad_rows_to)
+    device = next(module.parameters()).device
+    prompts = list(dict.fromkeys(tuple(x) for x in xs))
+    rows = torch.tensor([prompts.index(tuple(x)) for x in xs], device=device)
+    P = max(len(x) - 1 for x in prompts)
+    pre_ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    pre_mask = torch.zeros(len(prompts), P, dtype=torch.long)
+    for c, x in enumerate(prompts):
+        pre_ids[c, : len(x) - 1] = torch.tensor(x[:-1], dtype=torch.long)
+        pre_mask[c, : len(x) - 1] = 1
+    S = 1 + max(len(z) for z in zs)
+    ids = torch.full((len(xs), S), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(xs), S, dtype=torch.long)
+    for r, (x, z) in enumerate(zip(xs, zs)):
+        ids[r, : 1 + len(z)] = torch.tensor([x[-1], *z], dtype=torch.long)
+        mask[r, : 1 + len(z)] = 1
+    pre_ids, pre_mask, ids, mask = pre_ids.to(device), pre_mask.to(device), ids.to(device), mask.to(device)
+    offsets = torch.tensor([len(x) - 1 for x in xs], device=device)
+    positions = offsets[:, None] + torch.arange(S, device=device)[None]
+    decoder = module.get_decoder()
+    cache = prefix_cache(decoder, module.config, pre_ids, pre_mask, rows)
+    hidden = remainder_hidden(decoder, cache, pre_mask[rows], ids, mask, positions)
+    lm_head = module.get_output_embeddings()
+    vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
+    chunk = max(1, LOGIT_BUDGET // (len(xs) * vocab))
+    lp, _ = token_logprobs(hidden, lm_head, ids, temperature=temperature, chunk=chunk)  # lp[:, k] = log p(z_{k-1})
+    zlen = torch.tensor([len(z) for z in zs], device=device)
+    keep = torch.arange(1, S, device=device)[None, :] <= zlen[:, None]
     return (lp[:, 1:] * keep).sum(-1)[:real].double().cpu().tolist()
 
 

@@ -68,8 +68,6 @@ def shared_prefix_hidden(decoder: torch.nn.Module, config, input_ids: torch.Tens
     """Hidden states of every row's remainder (``[rows, S, H]``), the row position of each remainder column
     (``cols``, clamped to the last column) and which columns lie inside ``input_ids`` (``inside``): column ``j`` of
     row ``r`` is position ``cols[r, j]``, which starts at the row's prefix length."""
-    from transformers import DynamicCache
-
     device, width = input_ids.device, input_ids.shape[1]
     rows = torch.tensor(row_class, device=device)
     lens = torch.tensor(lengths, device=device)
@@ -78,12 +76,7 @@ def shared_prefix_hidden(decoder: torch.nn.Module, config, input_ids: torch.Tens
     # the prefixes, right-padded at their true positions 0..len-1
     pre_ids = input_ids[first_row, :P]
     pre_mask = (torch.arange(P, device=device)[None] < lens[:, None]).long()
-    out = decoder(input_ids=pre_ids, attention_mask=pre_mask, position_ids=torch.arange(P, device=device)[None].expand(len(lengths), P),
-                  use_cache=True)
-    cache = DynamicCache(config=config)
-    built = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-    for layer, src in zip(cache.layers, built.layers):
-        layer.update(src.keys.index_select(0, rows), src.values.index_select(0, rows))
+    cache = prefix_cache(decoder, config, pre_ids, pre_mask, rows)
     # each row's remainder from its own offset, right-padded to the longest
     offset = lens[rows]
     S = int((width - offset).max())
@@ -92,10 +85,32 @@ def shared_prefix_hidden(decoder: torch.nn.Module, config, input_ids: torch.Tens
     cols = cols.clamp(max=width - 1)
     suf_ids = input_ids.gather(1, cols)
     suf_mask = to_remainder(attention_mask, cols, inside)
-    mask = torch.cat([pre_mask[rows], suf_mask], dim=1)
-    hidden = decoder(input_ids=suf_ids, attention_mask=mask, position_ids=cols, use_cache=True,
-                     **{_cache_kw(decoder): cache}).last_hidden_state
+    hidden = remainder_hidden(decoder, cache, pre_mask[rows], suf_ids, suf_mask, cols)
     return hidden, cols, inside
+
+
+def prefix_cache(decoder: torch.nn.Module, config, pre_ids: torch.Tensor, pre_mask: torch.Tensor, rows: torch.Tensor):
+    """Run each distinct prefix once (``pre_ids``, right-padded, positions 0..P-1) and return its keys/values expanded
+    to the rows (``rows[r]`` is row ``r``'s prefix): an index, so a backward pass sums the rows' gradients into it."""
+    from transformers import DynamicCache
+
+    P = pre_ids.shape[1]
+    positions = torch.arange(P, device=pre_ids.device)[None].expand(len(pre_ids), P)
+    out = decoder(input_ids=pre_ids, attention_mask=pre_mask, position_ids=positions, use_cache=True)
+    cache = DynamicCache(config=config)
+    built = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    for layer, src in zip(cache.layers, built.layers):
+        layer.update(src.keys.index_select(0, rows), src.values.index_select(0, rows))
+    return cache
+
+
+def remainder_hidden(decoder: torch.nn.Module, cache, row_pre_mask: torch.Tensor, ids: torch.Tensor,
+                     mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Hidden states of each row's remainder ``ids`` (at ``positions``, attention ``mask``) on top of its prefix's
+    keys/values (``prefix_cache``; ``row_pre_mask`` masks the prefix padding)."""
+    full_mask = torch.cat([row_pre_mask, mask], dim=1)
+    return decoder(input_ids=ids, attention_mask=full_mask, position_ids=positions, use_cache=True,
+                   **{_cache_kw(decoder): cache}).last_hidden_state
 
 
 def to_remainder(t: torch.Tensor, cols: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:
