@@ -10,7 +10,7 @@ import gymnasium.utils.env_checker
 import pytest
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env
 from ragen.envs.episode import Episode
 from ragen.envs.prompt import system_prompt
 from ragen_sokoban.boxoban import load_levels

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env, run_two_steps
 from ragen.envs.episode import Episode
 from ragen_webshop import service
 from ragen_webshop.browser import parse_page, simple_text
