@@ -12,6 +12,7 @@ from ragen.contract.parsing import Parsed, parse_response
 from ragen.contract.hookspecs import hookimpl
 from ragen.plugins.loader import broken_plugins, loaded_plugins
 from ragen.contract.trajectory import Trajectory, TurnRecord
+from ragen.contract.variants import register_variants
 
 __version__ = "0.1.0"
 
@@ -45,4 +46,5 @@ __all__ = [
     "make_env",
     "option",
     "parse_response",
+    "register_variants",
 ]

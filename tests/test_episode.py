@@ -103,6 +103,46 @@ def test_stepping_after_end_raises():
         env.step("Inc")
 
 
+class IndexedCountEnv(CountEnv):
+    reset_options = ("task_index",)
+
+    def _reset(self, seed, options):
+        self.seen_options = dict(options)
+        return super()._reset(seed, options)
+
+
+def test_reset_options_declared_are_passed_on_and_others_refused_by_the_base():
+    env = IndexedCountEnv()
+    env.reset(seed=0, options={"task_index": 4, "split": "val", "rollout_index": 2})
+    assert env.seen_options == {"task_index": 4} and env.split == "val" and env.rollout_index == 2
+    with pytest.raises(ragen.ConfigError, match=r"unknown reset options \['levle', 'zzz'\]"):
+        env.reset(seed=0, options={"zzz": 1, "levle": 2, "task_index": 0})
+    assert env.seen_options == {"task_index": 4}  # refused before _reset ran
+
+
+def test_reset_options_unset_passes_every_key_on():
+    class Open(IndexedCountEnv):
+        reset_options = None
+
+    env = Open()
+    env.reset(seed=0, options={"anything": 1, "split": "test"})
+    assert env.seen_options == {"anything": 1} and env.split == "test"
+
+
+def test_register_variants_registers_each_variant_with_the_env_config():
+    calls = []
+    variants = {"count": ({"target": 2}, "two"), "count-far": ({"target": 9, "max_turns": 9}, "nine")}
+    ragen.register_variants(lambda *a, **kw: calls.append((a, kw)), CountEnv, variants)
+    assert calls == [(("count", CountEnv), {"config": CountConfig, "defaults": {"target": 2}, "description": "two"}),
+                     (("count-far", CountEnv), {"config": CountConfig, "defaults": {"target": 9, "max_turns": 9},
+                                                "description": "nine"})]
+    calls.clear()
+    ragen.register_variants(lambda *a, **kw: calls.append((a, kw)), len, {"n": ({}, "d")}, config=CountConfig)
+    assert calls == [(("n", len), {"config": CountConfig, "defaults": {}, "description": "d"})]
+    with pytest.raises(TypeError, match="config_cls"):
+        ragen.register_variants(lambda *a, **kw: None, len, {"n": ({}, "d")})
+
+
 @pytest.mark.parametrize(
     "response, matched, think, answer",
     [

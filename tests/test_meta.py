@@ -73,7 +73,8 @@ def test_config_fields_documented(cls):
 # ---- the plugin API reference (docs/api.md) and the preset fields of docs/algorithms.md, generated from the code ----
 from ragen.plugins import api_docs  # noqa: E402
 
-API_CLASSES = [cls for _, _, classes in api_docs.SECTIONS for cls in classes]
+API_CLASSES = [cls for _, _, classes in api_docs.SECTIONS for cls in classes if isinstance(cls, type)]
+API_FUNCTIONS = [fn for _, _, items in api_docs.SECTIONS for fn in items if not isinstance(fn, type)]
 
 
 @pytest.mark.parametrize("cls", API_CLASSES, ids=lambda c: c.__name__)
@@ -86,6 +87,15 @@ def test_api_class_public_and_every_member_documented(cls):
     assert members, f"{cls.__name__}: nothing to document"
     for name, _, doc in members:
         assert doc.strip(), f"{cls.__name__}.{name} has no docstring (attrs fields: ragen.option(default, 'doc'))"
+
+
+@pytest.mark.parametrize("fn", API_FUNCTIONS, ids=lambda f: f.__name__)
+def test_api_function_public_and_documented(fn):
+    import ragen
+
+    assert getattr(ragen, fn.__name__, None) is fn and fn.__name__ in ragen.__all__, f"ragen does not export {fn.__name__}"
+    assert (fn.__doc__ or "").strip(), f"{fn.__name__} has no docstring"
+    assert f"### `ragen.{fn.__name__}(" in (ROOT / "docs" / "api.md").read_text()
 
 
 def test_api_docs_current():

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from ragen.contract.parsing import Parsed, parse_response
+from ragen.testing import component_contract_tests
 
 # the previous implementation (quadratic on repeated tags), kept as the oracle of what a response parses to
 _THINK_ANSWER = re.compile(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", re.DOTALL)
@@ -65,3 +66,7 @@ def _timed(response, enable_think):
 def test_a_lone_answer_matches_only_without_think():
     assert parse_response("<answer>Up</answer>") == Parsed(False)
     assert parse_response("<answer>Up</answer>", enable_think=False) == Parsed(True, "", "Up")
+
+
+#: the core's parsers keep the parser contract a plugin's parser is checked against (ragen.testing)
+test_parser_contract = component_contract_tests("parser", ["think-answer", "answer", ("think-answer", {"enable_think": False})])

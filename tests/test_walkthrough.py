@@ -2,7 +2,10 @@
 its parser, shaper, estimator and filter; `ragen play --parser` and `ragen eval --parser` use its parser."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import attrs
 import pytest
@@ -31,10 +34,14 @@ def package_from_docs(dest):
 
 
 @pytest.fixture(scope="module")
-def corridor_site(tmp_path_factory):
-    pkg = package_from_docs(tmp_path_factory.mktemp("ragen-corridor"))
+def corridor_pkg(tmp_path_factory):
+    return package_from_docs(tmp_path_factory.mktemp("ragen-corridor"))
+
+
+@pytest.fixture(scope="module")
+def corridor_site(corridor_pkg, tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
-    pip_install_target(site, pkg)  # a real install: metadata and the entry point come from the page's pyproject.toml
+    pip_install_target(site, corridor_pkg)  # a real install: metadata and the entry point come from the page's pyproject.toml
     return site
 
 
@@ -69,7 +76,7 @@ def test_walkthrough_plugin_trains_a_step_with_all_its_components(corridor, tmp_
     from ragen.train.trainer import train
 
     assert corridor  # the fixture installed it
-    from ragen.envs.checker import check_env
+    from ragen.testing import check_env
 
     assert all(c.ok for c in check_env("corridor")), "the page's env fails its own check"
     cfg = run_config(None, [*TINY, "trainer.steps=1", "rollout.n_groups=2", "rollout.group_size=2",
@@ -114,3 +121,14 @@ def test_eval_uses_the_custom_parser(corridor, tmp_path):
     bad = CliRunner().invoke(cli, ["eval", "--env", "corridor", "--parser", "corridor-lenient",
                                    "--parser-option", "enable_thnk=false"])
     assert bad.exit_code == 1 and "enable_thnk: unknown key; did you mean 'enable_think'" in bad.output
+
+
+def test_the_pages_tests_pass_through_ragen_testing(corridor_pkg, corridor_site, tmp_path):
+    """The page's tests/ (env and component contracts of ragen.testing, no conftest) pass against the installed plugin;
+    the training run they also hold is the one test_walkthrough_plugin_trains_a_step_with_all_its_components makes."""
+    assert {p.name for p in (corridor_pkg / "tests").iterdir()} == {"test_corridor.py", "test_components.py"}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "not trains_two_steps",
+                          str(corridor_pkg / "tests")], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(corridor_site)}, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "10 passed, 1 deselected" in res.stdout, res.stdout[-2000:]  # 2 x 2 env checks, 6 component checks

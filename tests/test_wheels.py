@@ -69,10 +69,15 @@ def fresh_venv(path: Path, deps: Path) -> Path:
 
 def test_the_published_wheels_install_and_run_outside_the_checkout(tmp_path):
     wheels = build_wheels(tmp_path / "wheels", tmp_path / "src")
-    names = set(zipfile.ZipFile(wheels["ragen"]).namelist())
-    templates = {p.relative_to(ROOT).as_posix() for p in (ROOT / "ragen" / "templates").rglob("*")
+    wheel = zipfile.ZipFile(wheels["ragen"])
+    names = set(wheel.namelist())
+    templates = {p.relative_to(ROOT).as_posix() for p in ROOT.glob("ragen/*/templates/**/*")
                  if p.is_file() and "__pycache__" not in p.parts}
     assert templates and templates <= names, sorted(templates - names)
+    # ragen.testing comes with ragen, registered as a pytest plugin
+    assert "ragen/testing/__init__.py" in names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert "[pytest11]\nragen = ragen.testing" in wheel.read(entry_points).decode()
 
     py = fresh_venv(tmp_path / "venv", dependency_site(tmp_path / "deps"))
     res = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q",

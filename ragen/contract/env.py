@@ -106,6 +106,10 @@ class Env(gymnasium.Env):
     #: at a time in the trainer's thread), "thread" (a thread pool: envs that wait on subprocesses or sockets and keep
     #: no module-level state), "process" (each instance in a worker process: CPU-bound Python envs)
     concurrency: ClassVar[str] = "none"
+    #: the ``reset(options=...)`` keys the env understands besides ``split`` and ``rollout_index`` (which the base
+    #: class consumes), e.g. ``("task_index",)``: any other key is refused with a ``ConfigError`` before ``_reset``
+    #: runs. None (the default) passes every key on to ``_reset`` unchecked.
+    reset_options: ClassVar[tuple[str, ...] | None] = None
 
     action_separator: str | None = "||"
 
@@ -129,7 +133,8 @@ class Env(gymnasium.Env):
 
     # ---- to implement -------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
-        """Build the initial state from ``(self.config, seed, self.split)``; set ``self.task_id``."""
+        """Build the initial state from ``(self.config, seed, self.split)``; set ``self.task_id``. ``options`` holds
+        the reset options left after ``split`` and ``rollout_index`` (only keys of ``reset_options`` when it is set)."""
         raise NotImplementedError
 
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict]:
@@ -149,6 +154,9 @@ class Env(gymnasium.Env):
             raise ConfigError(f"options.split: expected one of {', '.join(SPLITS)}, got {split!r}")
         self.current_seed, self.split = int(seed), split
         self.rollout_index = int(options.pop("rollout_index", 0))
+        unknown = [] if self.reset_options is None else sorted(set(options) - set(self.reset_options))
+        if unknown:
+            raise ConfigError(f"{self.name}: unknown reset options {unknown}")
         self._done = False
         obs, info = self._reset(self.current_seed, options)
         self._last_obs = obs

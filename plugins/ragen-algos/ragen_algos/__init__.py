@@ -1,7 +1,7 @@
 """ragen-algos: advantage estimators, reward shapers, rollout filters and algorithm presets, registered through
 ragen's hooks (algorithms.md §2-§7)."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_algos import estimators as est
 from ragen_algos import filters, presets, shapers
@@ -29,8 +29,7 @@ def register_reward_shapers(register):
 @hookimpl
 def register_rollout_filters(register):
     register("none", filters.make_none, config=filters.NoFilterConfig)
-    for name, (defaults, description) in filters.V2_VARIANTS.items():
-        register(name, filters.make_v2, config=filters.V2FilterConfig, defaults=defaults, description=description)
+    register_variants(register, filters.make_v2, filters.V2_VARIANTS, config=filters.V2FilterConfig)
     register("zero-variance", filters.make_zero_variance, config=filters.ZeroVarianceConfig)
 
 

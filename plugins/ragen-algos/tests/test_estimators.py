@@ -7,6 +7,7 @@ import torch
 
 import ragen
 from ragen import AdvantageInput
+from ragen.testing import component_contract_tests
 
 
 def batch(scores, groups, mask=None, rewards=None, values=None):
@@ -103,3 +104,12 @@ def test_presets():
 def test_no_filter_keeps_all_groups():
     res = ragen.make_component("filter", "none")(ragen.FilterInput(raw_rewards=[1.0, 2.0, 3.0], group_ids=[5, 5, 2]))
     assert res.kept_groups == [2, 5] and res.metrics["rollout/filter_kept_ratio"] == 1.0
+
+
+#: every estimator keeps the contract the trainer relies on (ragen.testing: [N, L] advantages, 0 off the mask, rows
+#: grouped by group id, a masked-out row, value targets from the critic estimators), some with options changed
+test_estimator_contract = component_contract_tests("estimator", [
+    "grpo", "dr-grpo", "rloo", "reinforce++", "reinforce++-baseline", "gae", "turn-gae", "bi-level-gae",
+    ("grpo", {"singleton": "score"}), ("reinforce++", {"gamma": 0.9}), ("gae", {"gamma": 0.99, "lam": 0.95, "whiten": False}),
+    ("bi-level-gae", {"turn_rewards": True, "high_level_lam": 0.9}),
+])

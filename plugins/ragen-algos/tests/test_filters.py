@@ -7,6 +7,7 @@ import pytest
 
 import ragen
 from ragen import FilterInput
+from ragen.testing import component_contract_tests
 
 
 def batch_from_successes(successes, size=16, win=1.0, lose=0.0):
@@ -167,3 +168,11 @@ def test_bad_options_name_the_key():
         ragen.make_component("filter", "v2", strategy="top_q")
     with pytest.raises(ragen.ConfigError, match="metric"):
         ragen.make_component("filter", "v2", metric="reward_stdd")
+
+
+#: every filter keeps the filter contract (ragen.testing), including an entropy metric (needs_entropy) and softmax
+test_filter_contract = component_contract_tests("filter", [
+    "none", "v2", "top-p", "top-k", "top-k-abs", "min-p", "v2-main", "v2-recommended", "top-k-0.25", "zero-variance",
+    ("v2", {"metric": "entropy"}), ("v2", {"metric": "length", "type": "smallest", "strategy": "min_p", "value": 0.5}),
+    ("v2-main", {"value": 0.5}), ("zero-variance", {"outcome": "reward"}),
+])

@@ -7,6 +7,7 @@ import pytest
 
 import ragen
 from ragen import ShapeInput
+from ragen.testing import component_contract_tests
 
 
 def shape(name, inp, **opts):
@@ -56,3 +57,10 @@ def test_format_penalty_reweights_only_the_penalty():
 def test_bad_option_names_the_key():
     with pytest.raises(ragen.ConfigError, match="method"):
         ragen.make_component("shaper", "reward-norm", method="zscore")
+
+
+#: both shapers keep the shaper contract (ragen.testing), under each grouping and method
+test_shaper_contract = component_contract_tests("shaper", [
+    "reward-norm", "format-penalty", ("reward-norm", {"grouping": "variant", "method": "asym_clip"}),
+    ("reward-norm", {"grouping": "batch", "method": "mean"}), ("format-penalty", {"coef": -0.5}),
+])

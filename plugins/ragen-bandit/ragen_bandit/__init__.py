@@ -1,6 +1,6 @@
 """ragen-bandit: the two-armed bandit (RAGEN Bandit / BanditTest), registered through ragen's env hook."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_bandit.env import TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv, HighRiskExpert, draw_arms
 
@@ -18,5 +18,4 @@ VARIANTS = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, BanditEnv, config=BanditConfig, defaults=defaults, description=description)
+    register_variants(register, BanditEnv, VARIANTS)

@@ -123,6 +123,7 @@ class BanditEnv(Env):
     """Pull one of two arms whose names hint at their payout distribution (RAGEN Bandit); one pull per episode."""
 
     config_cls = BanditConfig
+    reset_options = ("task_index",)
     name = "bandit"
     config: BanditConfig
     # payouts are random, but success (= chose the high-risk arm) is a function of the action alone, so the
@@ -140,8 +141,6 @@ class BanditEnv(Env):
 
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         options.pop("task_index", None)  # procedural: the seed alone picks the arms
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         self.arms = draw_arms(PAIR_SETS[self.config.pair_set], seed)
         a, b = self.arms.shown
         self.action_names = [a, b]

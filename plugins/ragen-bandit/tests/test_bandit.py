@@ -4,9 +4,9 @@ import collections
 import math
 
 import pytest
-from conftest import env_contract_tests, run_two_steps
 
 import ragen
+from ragen.testing import env_contract_tests, run_two_steps
 from ragen.envs.episode import Episode
 from ragen.envs.prompt import system_prompt
 from ragen.rollout.groups import EnvGroups

@@ -1,6 +1,6 @@
 """ragen-countdown: the Countdown environment and its variants (environments.md §5), registered with ragen."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_countdown.data import SAMPLE
 from ragen_countdown.env import CountdownConfig, CountdownEnv, CountdownExpert
@@ -26,5 +26,4 @@ VARIANTS: dict[str, tuple[dict, str]] = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, CountdownEnv, config=CountdownConfig, defaults=defaults, description=description)
+    register_variants(register, CountdownEnv, VARIANTS)

@@ -106,6 +106,7 @@ class CountdownEnv(Env):
     """Write an arithmetic expression that uses each given number once and equals the target."""
 
     config_cls = CountdownConfig
+    reset_options = ("task_index",)
     action_separator = None  # the whole answer is one expression: `||` is not part of its language
     config: CountdownConfig
 
@@ -145,8 +146,6 @@ class CountdownEnv(Env):
     # ---- the contract -----------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         task_index = options.pop("task_index", None)
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         cfg = self.config
         info: dict[str, Any] = {}
         if self.data is None:

@@ -9,10 +9,9 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
-from conftest import env_contract_tests, run_two_steps
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env, env_contract_tests, run_two_steps
 from ragen.envs.episode import Episode
 from ragen_countdown import data as datamod
 from ragen_countdown.generator import check_value, generate

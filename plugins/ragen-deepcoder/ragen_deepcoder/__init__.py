@@ -1,6 +1,6 @@
 """ragen-deepcoder: code generation graded by tests in a bubblewrap sandbox (RAGEN DeepCoder), via ragen's env hook."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_deepcoder.env import DeepCoderConfig, DeepCoderEnv, ReferenceExpert
 from ragen_deepcoder.problems import EXAMPLE_JSONL
@@ -31,5 +31,4 @@ VARIANTS = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, DeepCoderEnv, config=DeepCoderConfig, defaults=defaults, description=description)
+    register_variants(register, DeepCoderEnv, VARIANTS)

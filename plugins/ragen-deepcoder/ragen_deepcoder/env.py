@@ -132,6 +132,7 @@ class DeepCoderEnv(Env):
     """Write a Python program for a problem; it runs against the problem's tests in a bubblewrap sandbox."""
 
     config_cls = DeepCoderConfig
+    reset_options = ("task_index",)
     name = "deepcoder"
     config: DeepCoderConfig
     procedural = False  # data-backed: initial observations repeat once seeds wrap around the split
@@ -174,8 +175,6 @@ class DeepCoderEnv(Env):
     # ---- the contract -------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         task_index = options.pop("task_index", None)
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         items = self._source.items(self.split)
         index = int(task_index) % len(items) if task_index is not None else seed % len(items)
         self.problem = self._source.problem(self.split, items[index])

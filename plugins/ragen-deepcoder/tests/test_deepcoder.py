@@ -18,7 +18,6 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 from ragen_deepcoder import sandbox as sb
 from ragen_deepcoder.confine import cgroup_parent
@@ -35,7 +34,7 @@ from ragen_deepcoder.problems import (
 )
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env, run_two_steps
 from ragen.envs.episode import Episode
 
 FAMILY = runpy.run_path(os.path.join(os.path.dirname(__file__), "forgery.py"))["FAMILY"]

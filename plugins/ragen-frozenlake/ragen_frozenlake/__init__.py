@@ -1,6 +1,6 @@
 """ragen-frozenlake: the FrozenLake environment (RAGEN CoordFrozenLake), registered through ragen's env hook."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv
 
@@ -25,5 +25,4 @@ VARIANTS = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, FrozenLakeEnv, config=FrozenLakeConfig, defaults=defaults, description=description)
+    register_variants(register, FrozenLakeEnv, VARIANTS)

@@ -14,9 +14,9 @@ import attrs
 import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
 
-from ragen import ConfigError, Env, EnvConfig, option
-from ragen_frozenlake.expert import ACTIONS, ShortestPathExpert, ValueIterationExpert, transition_matrix
+from ragen import ConfigError, Env, EnvConfig, Expert, option
 from ragen_frozenlake.mapgen import GOAL, HOLE, LakeMap, generate_map
+from ragen_frozenlake.solver import ACTIONS, greedy_action, shortest_path, transition_matrix
 
 OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
 
@@ -105,11 +105,65 @@ def _fmt(cell: tuple[int, int]) -> str:
     return f"({cell[0]}, {cell[1]})"
 
 
+# ---- the experts: thin readers of the env's live state around the pure solver -------------------------------------
+class ShortestPathExpert(Expert):
+    """Deterministic ice: the shortest path around the holes (BFS; ties Left, Down, Right, Up), replanned per call."""
+
+    def plan(self, env: "FrozenLakeEnv") -> list[str]:
+        if not env.is_running:
+            return []
+        return shortest_path(env.transition_matrix, env.goal_mask, env.hole_mask, env.state)
+
+    def next_actions(self, env: "FrozenLakeEnv", k: int) -> list[str]:
+        return self.plan(env)[: max(k, 0)]
+
+    def rationale(self, env: "FrozenLakeEnv") -> str:
+        path = self.plan(env)
+        if not path:
+            return "The goal cannot be reached from here."
+        moves = ", ".join(path)
+        return (
+            f"The player is at {env.position} and the goal is at {env.lake.goal}. "
+            f"The shortest path around the holes takes {len(path)} move{'s' if len(path) != 1 else ''}: {moves}."
+        )
+
+
+class ValueIterationExpert(Expert):
+    """Slippery ice: greedy on finite-horizon value iteration over gymnasium's ``P`` with the remaining budget.
+
+    One action per call: the outcome of a move is random, so the next choice depends on where the player lands.
+    """
+
+    def best(self, env: "FrozenLakeEnv") -> tuple[int, float, int] | None:
+        """``(action index, success probability, horizon)`` of the greedy action, or None when there is none."""
+        horizon = env.actions_left
+        if not env.is_running or horizon < 1:
+            return None
+        a, prob = greedy_action(env.transition_matrix, env.goal_mask, env.hole_mask, env.state, horizon)
+        return a, prob, horizon
+
+    def next_actions(self, env: "FrozenLakeEnv", k: int) -> list[str]:
+        choice = self.best(env) if k >= 1 else None
+        return [ACTIONS[choice[0]]] if choice is not None else []
+
+    def rationale(self, env: "FrozenLakeEnv") -> str:
+        choice = self.best(env)
+        if choice is None:
+            return "No actions are left."
+        a, prob, horizon = choice
+        return (
+            f"The ice is slippery. The player is at {env.position} and the goal is at {env.lake.goal}. "
+            f"Moving {ACTIONS[a]} gives the best chance ({prob:.2f}) to reach the goal within {horizon} "
+            f"action{'s' if horizon != 1 else ''}."
+        )
+
+
 # ---- the env ------------------------------------------------------------------------------------------------------
 class FrozenLakeEnv(Env):
     """Walk across a random frozen lake to the goal without falling into a hole (RAGEN CoordFrozenLake)."""
 
     config_cls = FrozenLakeConfig
+    reset_options = ("task_index",)
     name = "frozenlake"
     config: FrozenLakeConfig
 
@@ -224,8 +278,6 @@ class FrozenLakeEnv(Env):
     # ---- the contract -------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         options.pop("task_index", None)  # procedural: the seed alone picks the map
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         cfg = self.config
         self.lake = generate_map(cfg.size, cfg.p, seed)
         self.task_id = f"frozenlake/{cfg.size}x{cfg.size}/p{cfg.p:g}/s{seed}"

@@ -4,12 +4,12 @@ import collections
 
 import numpy as np
 import pytest
-from conftest import env_contract_tests
 
 import ragen
+from ragen.testing import env_contract_tests
 from ragen.envs.episode import Episode
 from ragen_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv, render_coord, render_grid, render_observation
-from ragen_frozenlake.expert import horizon_values
+from ragen_frozenlake.solver import horizon_values
 from ragen_frozenlake.mapgen import MOVES, LakeMap, connected, generate_map
 
 VARIANTS = ["frozenlake", "frozenlake-slippery"]

@@ -1,6 +1,6 @@
 """ragen-lean: theorem proving (RAGEN's Lean env) over a prover backend, Coq by default, registered through ragen's hook."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_lean.env import LeanConfig, LeanEnv
 
@@ -28,5 +28,4 @@ VARIANTS = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, LeanEnv, config=LeanConfig, defaults=defaults, description=description)
+    register_variants(register, LeanEnv, VARIANTS)

@@ -153,6 +153,7 @@ class LeanEnv(Env):
     """Prove one theorem per episode, one tactic per action, with a real prover (RAGEN's Lean env)."""
 
     config_cls = LeanConfig
+    reset_options = ("task_index",)
     name = "lean"
     procedural = False  # data-backed: initial states come from a list
     config: LeanConfig
@@ -261,8 +262,6 @@ class LeanEnv(Env):
     # ---- the contract ---------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         task_index = options.pop("task_index", None)
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         problems = self.problems_for(self.split)
         start = (seed if task_index is None else int(task_index)) % len(problems)
         index, problem, state = self._open_first_loadable(problems, start)

@@ -7,31 +7,34 @@ accepted) or the theorem has no known proof, it returns ``[]`` (no plan).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
-from ragen import Expert
+from ragen import Env, Expert
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ragen_lean.env import LeanEnv
+
+def proof_plan(proof: Sequence[str], accepted: Sequence[str], canonical: Callable[[str], str]) -> list[str]:
+    """The tactics of ``proof`` still to run when the prover has accepted ``accepted`` (canonical forms): the rest of
+    the proof while ``accepted`` is a prefix of it (compared through ``canonical``), else ``[]``."""
+    done = list(accepted)
+    if [canonical(t) for t in proof][: len(done)] != done:
+        return []
+    return list(proof[len(done) :])
 
 
 class KnownProofExpert(Expert):
-    """Replay the problem's known proof from where the episode is."""
+    """Replay the problem's known proof from where the episode is. It reads a ``LeanEnv``'s ``problem``,
+    ``proof_state``, ``canonical_tactic`` and ``config`` (this module does not import the env: no cycle)."""
 
-    def plan(self, env: LeanEnv) -> list[str]:
+    def plan(self, env: Env) -> list[str]:
         problem, state = env.problem, env.proof_state
         if problem is None or state is None or not problem.proof or state.complete:
             return []
-        done = list(state.accepted)
-        canon = [env.canonical_tactic(t) for t in problem.proof]
-        if canon[: len(done)] != done:
-            return []
-        return list(problem.proof[len(done) :])
+        return proof_plan(problem.proof, state.accepted, env.canonical_tactic)
 
-    def next_actions(self, env: LeanEnv, k: int) -> list[str]:
+    def next_actions(self, env: Env, k: int) -> list[str]:
         return self.plan(env)[: max(k, 0)]
 
-    def rationale(self, env: LeanEnv) -> str:
+    def rationale(self, env: Env) -> str:
         plan = self.plan(env)
         if not plan:
             return "I do not know a proof from this state."

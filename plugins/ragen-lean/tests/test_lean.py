@@ -14,11 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env, run_two_steps
 from ragen.envs.episode import Episode
 from ragen_lean.backend import ProblemLoadError
 from ragen_lean.coq import CoqBackend, clean_goals
@@ -51,6 +50,7 @@ from ragen_lean.tactics import (
 )
 
 HERE = Path(__file__).resolve().parent
+SHARED = Path(__file__).resolve().parents[4] / "shared"  # the data folder beside this repository
 MINIF2F = SHARED / "data" / "minif2f-rocq"
 HAVE_COQ = shutil.which("coqtop") is not None
 coq = pytest.mark.skipif(not HAVE_COQ, reason="coqtop not found: install the Debian packages coq and libcoq-coquelicot")

@@ -1,6 +1,6 @@
 """ragen-metamathqa: math questions with several attempts (RAGEN MetamathQA), registered through ragen's env hook."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_metamathqa.env import MetaMathQAConfig, MetaMathQAEnv
 
@@ -32,5 +32,4 @@ VARIANTS = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, MetaMathQAEnv, config=MetaMathQAConfig, defaults=defaults, description=description)
+    register_variants(register, MetaMathQAEnv, VARIANTS)

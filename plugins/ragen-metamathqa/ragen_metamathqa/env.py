@@ -129,6 +129,7 @@ class MetaMathQAEnv(Env):
     """Answer a math word problem; several attempts, each correct one worth half the previous."""
 
     config_cls = MetaMathQAConfig
+    reset_options = ("task_index",)
     name = "metamathqa"
     action_separator = None  # the whole answer is one action
     config: MetaMathQAConfig
@@ -163,8 +164,6 @@ class MetaMathQAEnv(Env):
     # ---- the contract -------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         task_index = options.pop("task_index", None)
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         self.task = self.source.task(seed, self.split, task_index)
         self.task_id = self.task.task_id
         self.attempts, self.solved = 0, False

@@ -13,11 +13,10 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, ragen_cmd, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env, ragen_cmd, run_two_steps
 from ragen.envs.episode import Episode
 from ragen_metamathqa import generator
 from ragen_metamathqa.answers import extract_gold, normalize_string, numbers_equal, parse_number, solution_text
@@ -27,6 +26,7 @@ from ragen_metamathqa.grading import AnswerGrader, absurd_reason
 from ragen_metamathqa.sources import DatasetUnavailable, load_file, partition
 from ragen_metamathqa.symbolic import latex_to_sympy_text, math_verify_equal, sympy_equal
 
+SHARED = Path(__file__).resolve().parents[4] / "shared"  # the data folder beside this repository
 GSM8K = SHARED / "data" / "gsm8k"
 needs_gsm8k = pytest.mark.skipif(not (GSM8K / "test.jsonl").is_file(), reason=f"GSM8K copy not found at {GSM8K}")
 OFFLINE_VARIANTS = ["metamathqa", "metamathqa-single"]

@@ -155,6 +155,7 @@ class SearchQAEnv(Env):
     """Multi-hop question answering with search[query] / finish[answer] over a real BM25 retrieval server."""
 
     config_cls = SearchQAConfig
+    reset_options = ("task_index",)
     name = "searchqa"
     config: SearchQAConfig
 
@@ -232,8 +233,6 @@ class SearchQAEnv(Env):
     # ---- the contract -------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         task_index = options.pop("task_index", None)
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         items = self.dataset.split(self.split)
         if not items:
             raise ConfigError(f"val_size: the {self.split} split of {self.dataset.key} is empty")

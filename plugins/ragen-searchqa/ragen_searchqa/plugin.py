@@ -1,8 +1,8 @@
 """The ragen hook of ragen-searchqa (entry point ``ragen: searchqa = ragen_searchqa.plugin``): its variants."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
-from ragen_searchqa.env import SearchQAConfig, SearchQAEnv
+from ragen_searchqa.env import SearchQAEnv
 
 __all__ = ["VARIANTS", "register_envs"]
 
@@ -26,5 +26,4 @@ VARIANTS: dict[str, tuple[dict, str]] = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, SearchQAEnv, config=SearchQAConfig, defaults=defaults, description=description)
+    register_variants(register, SearchQAEnv, VARIANTS)

@@ -13,11 +13,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, ragen_cmd, run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env, ragen_cmd, run_two_steps
 from ragen.envs.episode import Episode
 from ragen_searchqa.client import RetrieverClient, RetrieverError, running_servers
 from ragen_searchqa.data import DataError, Doc, Question, partition, read_corpus, write_corpus
@@ -28,6 +27,7 @@ from ragen_searchqa.kb import build_kb
 from ragen_searchqa.scoring import extract_fallback_answer, f1_score, normalize_answer, score_answer
 from ragen_searchqa.server import RetrievalServer
 
+SHARED = Path(__file__).resolve().parents[4] / "shared"  # the data folder beside this repository
 HOTPOT = SHARED / "data" / "hotpotqa" / "hotpot_dev_distractor_100.json"
 needs_hotpot = pytest.mark.skipif(not HOTPOT.is_file(), reason=f"shared HotpotQA data not found at {HOTPOT}")
 NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"

@@ -1,6 +1,6 @@
 """ragen-sokoban: the Sokoban environment and its variants (environments.md §2), registered with ragen."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_sokoban.config import SokobanConfig
 from ragen_sokoban.env import SokobanEnv
@@ -33,5 +33,4 @@ VARIANTS: dict[str, tuple[dict, str]] = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, SokobanEnv, config=SokobanConfig, defaults=defaults, description=description)
+    register_variants(register, SokobanEnv, VARIANTS)

@@ -109,6 +109,7 @@ class SokobanEnv(Env):
     """Push every box onto a target (gym-sokoban rules, RAGEN observations)."""
 
     config_cls = SokobanConfig
+    reset_options = ("task_index",)  # boxoban levels only; procedural levels come from the seed alone
 
     def __init__(self, config: SokobanConfig | None = None, render_mode: str | None = "ansi"):
         super().__init__(config, render_mode)

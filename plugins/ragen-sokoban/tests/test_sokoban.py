@@ -10,7 +10,7 @@ import gymnasium.utils.env_checker
 import pytest
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env
 from ragen.envs.episode import Episode
 from ragen.envs.prompt import system_prompt
 from ragen_sokoban.boxoban import load_levels
@@ -474,6 +474,13 @@ def test_boxoban_without_files_is_a_clear_config_error():
         ragen.make_env("sokoban-boxoban")
     with pytest.raises(ragen.ConfigError, match="does not exist"):
         ragen.make_env("sokoban-boxoban", boxoban_files=["/nonexistent/levels.txt"])
+
+
+def test_unknown_reset_options_are_refused():
+    env = ragen.make_env("sokoban")
+    assert env.reset(seed=3, options={"task_index": 8})[0] == env.reset(seed=3)[0]  # procedural: the seed picks
+    with pytest.raises(ragen.ConfigError, match=r"unknown reset options \['task_idx'\]"):
+        env.reset(seed=0, options={"task_idx": 1})
 
 
 @needs_boxoban

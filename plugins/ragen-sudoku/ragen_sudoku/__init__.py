@@ -1,9 +1,8 @@
 """ragen-sudoku: Sudoku with unique-solution puzzles (RAGEN SimpleSudoku), registered through ragen's env hook."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
-from ragen_sudoku.env import SudokuConfig, SudokuEnv
-from ragen_sudoku.expert import SolutionExpert
+from ragen_sudoku.env import SolutionExpert, SudokuConfig, SudokuEnv
 from ragen_sudoku.generator import HOLES, Puzzle, generate_puzzle
 
 __all__ = ["HOLES", "Puzzle", "SolutionExpert", "SudokuConfig", "SudokuEnv", "VARIANTS", "generate_puzzle", "register_envs"]
@@ -25,5 +24,4 @@ VARIANTS = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, SudokuEnv, config=SudokuConfig, defaults=defaults, description=description)
+    register_variants(register, SudokuEnv, VARIANTS)

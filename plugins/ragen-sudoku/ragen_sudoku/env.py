@@ -17,11 +17,11 @@ from typing import Any
 
 import attrs
 
-from ragen import ConfigError, Env, EnvConfig, option
-from ragen_sudoku.expert import SolutionExpert
+from ragen import ConfigError, Env, EnvConfig, Expert, option
 from ragen_sudoku.generator import HOLES, Puzzle, generate_puzzle
 from ragen_sudoku.grid import BOX_SHAPES, candidates, clashes, conflicting_pairs, geometry, is_solved
-from ragen_sudoku.moves import parse_move
+from ragen_sudoku.moves import Move, parse_move
+from ragen_sudoku.solver import explain, plan
 
 
 
@@ -165,10 +165,26 @@ def _digits(ds: list[int]) -> str:
     return ",".join(map(str, ds)) if ds else "none"
 
 
+class SolutionExpert(Expert):
+    """Places the solution's digits (oracle access to the generated solution), ``place N at row R col C``."""
+
+    def moves(self, env: SudokuEnv, k: int) -> list[Move]:
+        if k < 1 or not env.is_running:
+            return []
+        return plan(env.board, env.fixed, env.puzzle.solution, k)
+
+    def next_actions(self, env: SudokuEnv, k: int) -> list[str]:
+        return [f"place {m.digit} at row {m.row + 1} col {m.col + 1}" for m in self.moves(env, k)]
+
+    def rationale(self, env: SudokuEnv) -> str:
+        return explain(env.board, self.moves(env, env.config.max_actions_per_turn))
+
+
 class SudokuEnv(Env):
     """Fill a generated Sudoku (unique solution) one placement per action (RAGEN SimpleSudoku)."""
 
     config_cls = SudokuConfig
+    reset_options = ("task_index",)
     name = "sudoku-4x4"
     config: SudokuConfig
 
@@ -229,8 +245,6 @@ class SudokuEnv(Env):
     # ---- the contract -------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         options.pop("task_index", None)  # procedural: the seed alone picks the puzzle
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         cfg = self.config
         self.puzzle = generate_puzzle(cfg.size, cfg.target_holes, seed, cfg.max_fills)
         self.board = list(self.puzzle.givens)

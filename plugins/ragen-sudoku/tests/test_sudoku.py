@@ -5,9 +5,9 @@ import statistics
 import time
 
 import pytest
-from conftest import env_contract_tests, run_two_steps
 
 import ragen
+from ragen.testing import env_contract_tests, run_two_steps
 from ragen.envs.episode import Episode
 from ragen_sudoku.env import empty_positions_line, ragen_board, ragen_text, render_grid
 from ragen_sudoku.generator import HOLES, generate_puzzle

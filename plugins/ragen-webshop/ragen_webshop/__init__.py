@@ -1,6 +1,6 @@
 """ragen-webshop: WebShop (RAGEN WebShop) on a local Flask shop server, registered through ragen's env hook."""
 
-from ragen import hookimpl
+from ragen import hookimpl, register_variants
 
 from ragen_webshop.env import WebShopConfig, WebShopEnv
 
@@ -24,5 +24,4 @@ VARIANTS = {
 
 @hookimpl
 def register_envs(register):
-    for name, (defaults, description) in VARIANTS.items():
-        register(name, WebShopEnv, config=WebShopConfig, defaults=defaults, description=description)
+    register_variants(register, WebShopEnv, VARIANTS)

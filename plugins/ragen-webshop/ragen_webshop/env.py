@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import attrs
 
-from ragen import ConfigError, Env, EnvConfig, option
+from ragen import ConfigError, Env, EnvConfig, Expert, option
 from ragen_webshop import service
 from ragen_webshop.browser import ShopError, TextBrowser
-from ragen_webshop.expert import WebShopExpert
+from ragen_webshop.solver import explain, next_actions
 from ragen_webshop_server.catalogue import SOURCES, CatalogueSpec
 from ragen_webshop_server.search import keywords_of
 
@@ -164,11 +164,28 @@ def hint_lines(budget: int) -> str:
     ])
 
 
+# ---- the expert -----------------------------------------------------------------------------------------------------
+class WebShopExpert(Expert):
+    """The scripted expert: the decisions of ``ragen_webshop.solver`` on the live page (oracle access to the goal)."""
+
+    def next_actions(self, env: WebShopEnv, k: int) -> list[str]:
+        if env.goal is None or env.closed or env._done or env.browser.page is None:
+            return []
+        page = env.browser.page
+        return next_actions(env.goal, page.kind, page.clickables, env.searches, env.page_number(), env.current_asin(),
+                            env.current_options(), k)
+
+    def rationale(self, env: WebShopEnv) -> str:
+        plan = self.next_actions(env, 1)
+        return explain(env.goal, env.searches, plan[0]) if plan else ""
+
+
 # ---- the env --------------------------------------------------------------------------------------------------------
 class WebShopEnv(Env):
     """Find and buy the product an instruction describes on a local WebShop (RAGEN WebShop)."""
 
     config_cls = WebShopConfig
+    reset_options = ("task_index",)
     name = "webshop"
     config: WebShopConfig
     concurrency = "thread"  # a step waits on the shop server; each env has its own browser session and visit
@@ -265,8 +282,6 @@ class WebShopEnv(Env):
         if self.closed:
             raise RuntimeError(f"{self.name}: the env is closed")
         task_index = options.pop("task_index", None)
-        if options:
-            raise ConfigError(f"{self.name}: unknown reset options {sorted(options)}")
         goals = split_goals(self.num_goals, self.split, self.config.split_scheme)
         if task_index is not None:
             if not 0 <= int(task_index) < len(goals):

@@ -25,7 +25,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from ragen_webshop_server.catalogue import (
+from ragen_webshop_server.products import (
     Catalogue, CatalogueError, make_goal, price_cap, price_tag, sample_price, synthetic_goals,
 )
 

@@ -36,7 +36,8 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.serving import make_server
 
 from ragen_webshop_server import pages
-from ragen_webshop_server.catalogue import Catalogue, CatalogueSpec
+from ragen_webshop_server.catalogue import CatalogueSpec
+from ragen_webshop_server.products import Catalogue
 from ragen_webshop_server.reward import NounExtractor, get_reward
 from ragen_webshop_server.search import KEYWORD, SearchIndex, keywords_of
 

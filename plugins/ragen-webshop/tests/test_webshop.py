@@ -11,21 +11,19 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import run_two_steps
 from gymnasium.utils import env_checker as gym_checker
 
 import ragen
-from ragen.envs.checker import check_env
+from ragen.testing import check_env, run_two_steps
 from ragen.envs.episode import Episode
 from ragen_webshop import service
 from ragen_webshop.browser import parse_page, simple_text
 from ragen_webshop.env import hint_lines, parse_action, split_goals
-from ragen_webshop.expert import search_query, wanted_options
+from ragen_webshop.solver import search_query, wanted_options
 from ragen_webshop_server import pages
-from ragen_webshop_server.catalogue import (
-    CATEGORIES, NO_PRICE_CAP, PRICE_RANGE, CatalogueError, CatalogueSpec, generate_catalogue, to_webshop_files,
-)
+from ragen_webshop_server.catalogue import CATEGORIES, CatalogueSpec, generate_catalogue, to_webshop_files
 from ragen_webshop_server.loader import load_items, parse_pricing
+from ragen_webshop_server.products import NO_PRICE_CAP, PRICE_RANGE, CatalogueError
 from ragen_webshop_server.reward import (
     NounExtractor, attribute_reward, get_reward, normalize_color, option_reward, type_reward,
 )
