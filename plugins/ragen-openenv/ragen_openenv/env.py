@@ -20,6 +20,7 @@ and counts it in ``rollout/failed_envs``, as for any env failure.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import math
@@ -146,8 +147,9 @@ class Connection:
                                   "additional_headers": {"Authorization": f"Bearer {token}"} if token else None}
         if _is_loopback(urlparse(ws_url).hostname or ""):
             kwargs["proxy"] = None  # never send loopback traffic through a proxy from the environment
+        self._stack = contextlib.ExitStack()  # the connection is a context manager held across calls (websockets)
         try:
-            self.ws = connect(ws_url, **kwargs)
+            self.ws = self._stack.enter_context(connect(ws_url, **kwargs))
         except Exception as exc:  # refused, DNS, handshake rejected (a wrong token: 401/403), time-out
             raise OpenEnvError(f"cannot open an OpenEnv session at {ws_url}: {_why(exc)}") from None
 
@@ -192,7 +194,10 @@ class Connection:
         try:
             if polite:
                 ws.send(json.dumps({"type": "close"}))
-            ws.close()
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+        try:
+            self._stack.close()
         except Exception:  # noqa: BLE001 - gone already
             pass
 
@@ -326,7 +331,10 @@ class OpenEnvEnv(Env):
         info["success"] = bool(won)
         info["action_is_valid"] = bool(metadata.get("action_is_valid", True))
         info["action_is_effective"] = bool(metadata.get("action_is_effective", True))
-        return self._obs_text(obs), _reward(answer.get("reward")), bool(terminated), bool(truncated), info
+        text, reward = self._obs_text(obs), _reward(answer.get("reward"))
+        if terminated or truncated:
+            self._drop()  # the episode is over: free the server's session slot now, not at the next reset
+        return text, reward, bool(terminated), bool(truncated), info
 
     def _parts(self, answer: dict) -> tuple[dict, dict]:
         obs = answer.get("observation")
@@ -344,7 +352,7 @@ class OpenEnvEnv(Env):
     def state(self) -> dict:
         """The server's ``state`` of the current session (OpenEnv's State: episode_id, step_count, env fields)."""
         if self._conn is None or self._conn.ws is None:
-            raise RuntimeError(f"{self.name}: call reset() before state()")
+            raise RuntimeError(f"{self.name}: no open session (before reset, or the episode is over)")
         return self._conn.call({"type": "state"})
 
     def _drop(self) -> None:
