@@ -3,12 +3,10 @@ through the `ragen-openenv` plugin. Needs the `openenv` package (the ragen[opene
 .venv-openenv (bash .ci/openenv-venv.sh); elsewhere the whole module skips with that reason."""
 
 import json
-import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

@@ -135,8 +135,7 @@ class ServedEnv:
         description = next((c.description for c in list_envs() if c.name == name), "") or ""
         self.metadata = EnvironmentMetadata(
             name=name, description=description or probe.instructions or f"ragen env {name}",
-            readme_content=_readme(name, description, probe), version=_version(),
-            documentation_url="https://github.com/ragen/ragen/blob/main/docs/openenv.md")
+            readme_content=_readme(name, description, probe), version=_version())
         self._idle.append(probe)
 
     def acquire(self) -> Env:

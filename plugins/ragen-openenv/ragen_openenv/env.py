@@ -1,6 +1,6 @@
 """The ``openenv`` env: an OpenEnv environment server, played over its WebSocket protocol.
 
-OpenEnv (Meta + Hugging Face) serves an env as FastAPI app: ``GET /schema`` (JSON schemas of the action, the
+OpenEnv (Meta + Hugging Face) serves an env as a FastAPI app: ``GET /schema`` (JSON schemas of the action, the
 observation and the state), ``GET /metadata`` (name, description), ``GET /health`` and the WebSocket ``/ws``, where one
 connection is one session with its own env instance. Messages are JSON text frames: the client sends
 ``{"type": "reset", "data": {seed, ...}}``, ``{"type": "step", "data": ACTION}``, ``{"type": "state"}`` and
