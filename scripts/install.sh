@@ -48,5 +48,5 @@ if [ "$(uname -s)" = Linux ] && ! { command -v nvidia-smi >/dev/null && nvidia-s
 fi
 
 # README "Only some plugins" (keep identical; tests/test_readme.py checks it)
-pip install -c constraints.txt -e ".[test]" -e plugins/ragen-algos -e plugins/ragen-sokoban -e plugins/ragen-frozenlake -e plugins/ragen-bandit -e "plugins/ragen-countdown[parquet]" -e plugins/ragen-sudoku -e plugins/ragen-metamathqa -e plugins/ragen-deepcoder -e plugins/ragen-searchqa -e plugins/ragen-webshop -e plugins/ragen-lean
+pip install -c constraints.txt -e ".[test]" -e plugins/ragen-algos -e plugins/ragen-sokoban -e plugins/ragen-frozenlake -e plugins/ragen-bandit -e "plugins/ragen-countdown[parquet]" -e plugins/ragen-sudoku -e plugins/ragen-metamathqa -e plugins/ragen-deepcoder -e plugins/ragen-searchqa -e plugins/ragen-webshop -e plugins/ragen-lean -e plugins/ragen-openenv
 python -c 'import torch, ragen; print(f"install.sh: done: ragen {ragen.__version__}, torch {torch.__version__}; tests: .venv/bin/python -m pytest")'

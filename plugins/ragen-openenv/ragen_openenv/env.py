@@ -1,0 +1,365 @@
+"""The ``openenv`` env: an OpenEnv environment server, played over its WebSocket protocol.
+
+OpenEnv (Meta + Hugging Face) serves an env as a FastAPI app: ``GET /schema`` (JSON schemas of the action, the
+observation and the state), ``GET /metadata`` (name, description), ``GET /health`` and the WebSocket ``/ws``, where one
+connection is one session with its own env instance. Messages are JSON text frames: the client sends
+``{"type": "reset", "data": {seed, ...}}``, ``{"type": "step", "data": ACTION}``, ``{"type": "state"}`` and
+``{"type": "close"}``; the server answers ``{"type": "observation", "data": {observation, reward, done, metadata}}``,
+``{"type": "state", "data": {...}}`` or ``{"type": "error", "data": {message, code}}`` (``CAPACITY_REACHED`` when the
+server's session cap is reached, ``EXECUTION_ERROR`` when the env raised...). HTTP ``POST /reset`` and ``/step`` are
+stateless (a fresh env per request), so episodes run over ``/ws`` only.
+
+This module speaks that protocol with ``websockets`` alone. What OpenEnv does not standardise is an option:
+which action field carries the model's text and which observation field is the text the model sees (defaults read
+from ``/schema``), the instructions (default: the reset observation's ``instructions`` field, else ``/metadata``'s
+description), the action names, the success key and the episode budget. OpenEnv has one ``done`` flag: it is
+``terminated`` unless the observation has its own ``terminated``/``truncated`` booleans (ragen's OpenEnv server sends
+them). A lost connection, a silent server or an error frame raises ``OpenEnvError``: the rollout drops that episode
+and counts it in ``rollout/failed_envs``, as for any env failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import math
+import os
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+import attrs
+
+from ragen import ConfigError, Env, EnvConfig, EnvError, option
+
+TOKEN_ENV = "RAGEN_ENV_TOKEN"
+#: field names preferred when a schema has several text fields (first match wins)
+ACTION_FIELDS = ("action", "message", "text", "command", "content", "code", "answer")
+OBSERVATION_FIELDS = ("text", "observation", "prompt", "message", "content", "output", "state", "stdout")
+#: the observation keys that carry the prompt of the episode (sent at reset by ragen's OpenEnv server)
+PROMPT_KEYS = ("instructions", "action_names", "action_separator", "symbol_legend")
+#: error codes after which the server closes the connection (OpenEnv's WSErrorCode)
+FATAL_CODES = ("CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
+
+
+class OpenEnvError(EnvError, RuntimeError):
+    """The OpenEnv server was lost, stayed silent, refused the session or answered an error: the rollout drops the
+    episode and counts it (``rollout/failed_envs``)."""
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """``action_names`` as given: a comma-separated string or a YAML list."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return tuple(p.strip() for p in value.split(",") if p.strip())
+    if isinstance(value, (list, tuple)):
+        return tuple(str(p).strip() for p in value if str(p).strip())
+    raise ConfigError(f"action_names: expected a comma-separated string or a list, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class OpenEnvConfig(EnvConfig):
+    """Where the OpenEnv server is and how its actions and observations map onto ragen's text."""
+
+    url: str = option("", "Base URL of the OpenEnv server, e.g. http://127.0.0.1:8000 (ws:// and https:// work too).")
+    token: str = option("", f"Sent as `Authorization: Bearer TOKEN` on every request; empty: ${TOKEN_ENV} or none.")
+    action_field: str = option("", "Action field that carries the model's text; empty: the one string field of the "
+                                   "action schema (GET /schema), or the first of action, message, text, command...")
+    observation_field: str = option("", "Observation field shown to the model; empty: the one string field of the "
+                                        "observation schema, or the first of text, observation, prompt, message...")
+    instructions: str = option("", "Task text of the system prompt; empty: the reset observation's `instructions` "
+                                   "field when the server sends one, else the server's /metadata description.")
+    action_names: Any = option("", "Valid actions, comma-separated or a list (a case-insensitive match is enforced and "
+                                   "listed in the prompt); empty: the reset observation's `action_names`, else free text.",
+                               converter=_names)
+    action_separator: str = option("auto", "Separator between several actions in one answer; 'auto': the reset "
+                                           "observation's `action_separator` when sent, else '||'; 'none': one per turn.")
+    success_key: str = option("success", "Observation field (or metadata key) that is true when the episode is won; "
+                                         "absent: never a success.")
+    procedural: bool = option(False, "Different seeds give different initial observations (check-env then demands it).")
+    pass_split: bool = option(True, "Send ragen's split and rollout_index with each reset (envs that do not take them "
+                                    "never see them: OpenEnv passes only the arguments reset() declares).")
+    timeout_s: float = option(60.0, "Seconds to connect and per message; a server silent for longer fails the episode.",
+                              validator=attrs.validators.gt(0))
+    allow_unreachable: bool = option(True, "The served env's own rules decide what is solvable; any budget is accepted.")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def endpoints(url: str) -> tuple[str, str]:
+    """``(http_base, ws_url)`` of a server given as http(s):// or ws(s)://, path prefix kept."""
+    parsed = urlparse(url.strip())
+    schemes = {"http": ("http", "ws"), "https": ("https", "wss"), "ws": ("http", "ws"), "wss": ("https", "wss")}
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ConfigError(f"env.options.url: expected http://HOST:PORT (or https, ws, wss), got {url!r}")
+    http, ws = schemes[parsed.scheme]
+    path = parsed.path.rstrip("/")
+    if path.endswith("/ws"):
+        path = path[:-3]
+    return (urlunparse((http, parsed.netloc, path, "", "", "")), urlunparse((ws, parsed.netloc, path + "/ws", "", "", "")))
+
+
+def _is_text(prop: Any) -> bool:
+    if not isinstance(prop, dict):
+        return False
+    if prop.get("type") == "string":
+        return True
+    return any(isinstance(p, dict) and p.get("type") == "string" for p in prop.get("anyOf", ()))
+
+
+def pick_field(schema: dict, preferred: tuple[str, ...], what: str) -> str:
+    """The property of ``schema`` that carries text: the only string one (required ones first), else a preferred name."""
+    props = schema.get("properties") or {}
+    skip = {"metadata", "reward", "done"}
+    texts = [k for k, v in props.items() if k not in skip and _is_text(v)]
+    required = [k for k in texts if k in (schema.get("required") or ())]
+    for group in (required, texts):
+        if len(group) == 1:
+            return group[0]
+    for name in preferred:
+        if name in texts:
+            return name
+    option_name = f"{what}_field"
+    if not texts:
+        raise ConfigError(f"env.options.{option_name}: the server's {what} schema has no string field "
+                          f"(fields: {', '.join(props) or 'none'}); name the field that carries the text")
+    raise ConfigError(f"env.options.{option_name}: the server's {what} schema has several string fields "
+                      f"({', '.join(texts)}); name the one that carries the text")
+
+
+class Connection:
+    """One OpenEnv session: a WebSocket to ``/ws`` sending one message and reading its answer at a time."""
+
+    def __init__(self, ws_url: str, token: str, timeout_s: float):
+        from websockets.sync.client import connect
+
+        self.where = ws_url
+        self.timeout = timeout_s
+        kwargs: dict[str, Any] = {"open_timeout": timeout_s, "max_size": 100 * 1024 * 1024,
+                                  "additional_headers": {"Authorization": f"Bearer {token}"} if token else None}
+        if _is_loopback(urlparse(ws_url).hostname or ""):
+            kwargs["proxy"] = None  # never send loopback traffic through a proxy from the environment
+        self._stack = contextlib.ExitStack()  # the connection is a context manager held across calls (websockets)
+        try:
+            self.ws = self._stack.enter_context(connect(ws_url, **kwargs))
+        except Exception as exc:  # refused, DNS, handshake rejected (a wrong token: 401/403), time-out
+            raise OpenEnvError(f"cannot open an OpenEnv session at {ws_url}: {_why(exc)}") from None
+
+    def call(self, message: dict) -> dict:
+        """Send ``message``; return the answer's ``data``. Raises ``OpenEnvError`` (error frame, lost, silent)."""
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            try:
+                self.ws.send(json.dumps(message))
+            except ConnectionClosed:
+                pass  # a refused session sends its error frame and closes: read the frame below
+            raw = self.ws.recv(timeout=self.timeout)
+        except TimeoutError:
+            self.close()
+            raise OpenEnvError(f"lost the OpenEnv server at {self.where}: no answer within {self.timeout:g} s") from None
+        except Exception as exc:  # ConnectionClosed, OSError
+            self.close()
+            raise OpenEnvError(f"lost the OpenEnv server at {self.where}: {_why(exc)}") from None
+        try:
+            answer = json.loads(raw)
+        except (TypeError, ValueError):
+            self.close()
+            raise OpenEnvError(f"OpenEnv server {self.where} answered a frame that is not JSON") from None
+        if not isinstance(answer, dict):
+            raise OpenEnvError(f"OpenEnv server {self.where} answered {type(answer).__name__}, not an object")
+        data = answer.get("data")
+        if answer.get("type") == "error":
+            data = data if isinstance(data, dict) else {}
+            code = str(data.get("code", "UNKNOWN"))
+            if code in FATAL_CODES:
+                self.close()
+            raise OpenEnvError(f"OpenEnv server {self.where} answered {code}: {data.get('message', '')}")
+        if not isinstance(data, dict):
+            raise OpenEnvError(f"OpenEnv server {self.where} answered a {answer.get('type')!r} frame without data")
+        return data
+
+    def close(self, polite: bool = False) -> None:
+        ws, self.ws = getattr(self, "ws", None), None
+        if ws is None:
+            return
+        try:
+            if polite:
+                ws.send(json.dumps({"type": "close"}))
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+        try:
+            self._stack.close()
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def get_json(base: str, path: str, token: str, timeout_s: float) -> Any:
+    """``GET base+path`` as JSON (stdlib only); raises ``ConfigError`` naming the URL and what went wrong."""
+    import urllib.error
+    import urllib.request
+
+    url = base + path
+    request = urllib.request.Request(url, headers={"Accept": "application/json",
+                                                   **({"Authorization": f"Bearer {token}"} if token else {})})
+    handlers = [urllib.request.ProxyHandler({})] if _is_loopback(urlparse(base).hostname or "") else []
+    try:
+        with urllib.request.build_opener(*handlers).open(request, timeout=timeout_s) as resp:
+            return json.loads(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        hint = " (env.options.token)" if exc.code in (401, 403) else ""
+        raise ConfigError(f"env.options.url: GET {url} answered {exc.code}{hint}") from None
+    except (OSError, ValueError) as exc:  # refused, time-out, DNS, not JSON
+        raise ConfigError(f"env.options.url: cannot use the OpenEnv server ({url}: {_why(exc)})") from None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _reward(value: Any) -> float:
+    """OpenEnv rewards are optional: no reward is 0.0; a bool is 0/1."""
+    if value is None:
+        return 0.0
+    try:
+        reward = float(value)
+    except (TypeError, ValueError):
+        raise OpenEnvError(f"the OpenEnv server sent a reward that is not a number: {value!r}") from None
+    return reward if math.isfinite(reward) else float("nan")
+
+
+class OpenEnvEnv(Env):
+    """Any OpenEnv environment server, over its WebSocket protocol (env.options.url=...)."""
+
+    config_cls = OpenEnvConfig
+    name = "openenv"
+    concurrency = "thread"  # every call waits on a socket
+    deterministic = False  # nothing says an OpenEnv env is; the checker then does not demand expert wins
+
+    def __init__(self, config: OpenEnvConfig | None = None, render_mode: str | None = "ansi"):
+        super().__init__(config, render_mode)
+        cfg = self.config
+        if not cfg.url:
+            raise ConfigError("env.options.url: the openenv env needs the URL of an OpenEnv server (http://HOST:PORT)")
+        self.http_base, self.ws_url = endpoints(cfg.url)
+        self.token = cfg.token or os.environ.get(TOKEN_ENV, "")
+        schema = get_json(self.http_base, "/schema", self.token, cfg.timeout_s)
+        if not (isinstance(schema, dict) and isinstance(schema.get("action"), dict)
+                and isinstance(schema.get("observation"), dict)):
+            raise ConfigError(f"env.options.url: {self.http_base}/schema is not an OpenEnv schema (no action/observation)")
+        self.schema = schema
+        self.action_field = cfg.action_field or pick_field(schema["action"], ACTION_FIELDS, "action")
+        self.observation_field = cfg.observation_field or pick_field(schema["observation"], OBSERVATION_FIELDS,
+                                                                     "observation")
+        others = [k for k in schema["action"].get("required") or () if k != self.action_field]
+        if others:
+            raise ConfigError(f"env.options.action_field: the server's actions also require {', '.join(others)}; "
+                              f"ragen sends one text field ({self.action_field})")
+        self.description = ""
+        if not cfg.instructions:
+            try:
+                meta = get_json(self.http_base, "/metadata", self.token, cfg.timeout_s)
+                self.description = str(meta.get("description") or "") if isinstance(meta, dict) else ""
+            except ConfigError:
+                self.description = ""  # /metadata is optional in OpenEnv; instructions stay empty
+        self.procedural = bool(cfg.procedural)
+        self._conn: Connection | None = None
+        self._apply_prompt({})
+
+    # ---- the prompt: options first, then what the server sends at reset, then defaults -------------------------
+    def _apply_prompt(self, sent: dict) -> None:
+        cfg = self.config
+        sent_instructions = sent.get("instructions")
+        self.instructions = cfg.instructions or (sent_instructions if isinstance(sent_instructions, str)
+                                                 else self.description)
+        names = cfg.action_names or _names(sent.get("action_names") or ())
+        self.action_names = list(names) or None
+        sep = cfg.action_separator.strip()
+        if sep.lower() == "auto":
+            sent_sep = sent.get("action_separator", "||")
+            self.action_separator = sent_sep if isinstance(sent_sep, str) and sent_sep else None
+        else:
+            self.action_separator = None if sep.lower() in ("none", "") else sep
+        legend = sent.get("symbol_legend")
+        self.symbol_legend = {str(k): str(v) for k, v in legend.items()} if isinstance(legend, dict) and legend else None
+
+    # ---- the contract ------------------------------------------------------------------------------------------
+    def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
+        self._drop()
+        data: dict[str, Any] = {"seed": seed}
+        if self.config.pass_split:
+            data.update(split=self.split, rollout_index=self.rollout_index)
+        data.update(options)
+        self._conn = Connection(self.ws_url, self.token, self.config.timeout_s)
+        answer = self._conn.call({"type": "reset", "data": data})
+        obs, metadata = self._parts(answer)
+        self._apply_prompt({k: obs[k] for k in PROMPT_KEYS if k in obs})
+        task_id = metadata.get("task_id", obs.get("task_id"))
+        self.task_id = str(task_id) if task_id is not None else f"openenv/s{seed}"
+        info = {k: v for k, v in metadata.items() if k not in ("task_id", "seed", "split")}
+        return self._obs_text(obs), info
+
+    def _step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        if self._conn is None or self._conn.ws is None:
+            raise OpenEnvError(f"the OpenEnv session at {self.ws_url} is gone; the episode cannot go on")
+        answer = self._conn.call({"type": "step", "data": {self.action_field: action}})
+        obs, metadata = self._parts(answer)
+        done = bool(answer.get("done", False))
+        terminated, truncated = obs.get("terminated"), obs.get("truncated")
+        if isinstance(terminated, bool) and isinstance(truncated, bool):
+            done = done or terminated or truncated
+        else:
+            terminated, truncated = done, False
+        info = dict(metadata)
+        key = self.config.success_key
+        won = obs.get(key, metadata.get(key, False)) if key else False
+        info["success"] = bool(won)
+        info["action_is_valid"] = bool(metadata.get("action_is_valid", True))
+        info["action_is_effective"] = bool(metadata.get("action_is_effective", True))
+        text, reward = self._obs_text(obs), _reward(answer.get("reward"))
+        if terminated or truncated:
+            self._drop()  # the episode is over: free the server's session slot now, not at the next reset
+        return text, reward, bool(terminated), bool(truncated), info
+
+    def _parts(self, answer: dict) -> tuple[dict, dict]:
+        obs = answer.get("observation")
+        if not isinstance(obs, dict):
+            raise OpenEnvError(f"OpenEnv server {self.ws_url} sent an observation that is not an object")
+        metadata = answer.get("metadata") or obs.get("metadata") or {}
+        return obs, dict(metadata) if isinstance(metadata, dict) else {}
+
+    def _obs_text(self, obs: dict) -> str:
+        if self.observation_field not in obs:
+            raise OpenEnvError(f"the observation has no field {self.observation_field!r} "
+                               f"(fields: {', '.join(obs)}); set env.options.observation_field")
+        return _text(obs[self.observation_field])
+
+    def state(self) -> dict:
+        """The server's ``state`` of the current session (OpenEnv's State: episode_id, step_count, env fields)."""
+        if self._conn is None or self._conn.ws is None:
+            raise RuntimeError(f"{self.name}: no open session (before reset, or the episode is over)")
+        return self._conn.call({"type": "state"})
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close(polite=True)
+
+    def _close(self) -> None:
+        self._drop()
+

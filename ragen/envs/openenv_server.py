@@ -1,0 +1,453 @@
+"""Serving a ragen env as an OpenEnv environment (``ragen serve-env NAME --protocol openenv``; docs/openenv.md).
+
+The app is OpenEnv's own: ``openenv.core.env_server.create_app`` over an OpenEnv ``Environment`` that wraps one ragen
+env per session, so the HTTP routes (``/health``, ``/metadata``, ``/schema``, stateless ``/reset``/``/step``/``/state``),
+the WebSocket ``/ws`` sessions (reset/step/state/close), the session cap (``CAPACITY_REACHED``) and the idle-session
+reaper are the reference implementation's. What this module adds is the mapping and ragen's serving defaults:
+
+* ``RagenAction``: ``{"action": TEXT}``, one primitive action as the model writes it (``"Left"``).
+* ``RagenObservation`` (step): ``text`` (the env's observation), ``reward`` (the step's env reward), ``done``
+  (``terminated or truncated``) plus ragen's own ``terminated``, ``truncated`` and ``success``; ``metadata`` is the
+  step's info (``action_is_valid``, ``action_is_effective`` and the env's keys, made JSON: NaN becomes null).
+* ``RagenResetObservation`` (reset): the same, with ``reward`` null and the episode's prompt: ``instructions``,
+  ``action_names``, ``action_separator``, ``symbol_legend``; ``metadata`` holds the reset info (``task_id``, ``seed``,
+  ``split``...). Reset takes ``seed``, and ragen's ``split``, ``rollout_index`` and env options as extra arguments.
+* ``RagenState``: ``episode_id``, ``step_count`` and the ragen episode's ``env``, ``task_id``, ``seed``, ``split``, ``done``.
+
+Not mapped (they stay on ragen's own protocol, ``ragen serve-env NAME``, the default): the expert, an env's own
+``validate_action``/``split_actions``, and the episode budget (the client's: ``env.options.max_turns`` etc.).
+Security as ``ragen serve-env``: loopback unless told otherwise, ``--token`` required as ``Authorization: Bearer`` on
+everything but ``GET /health`` (HTTP 401; a WebSocket handshake is refused with 403), a cap on open sessions and
+sessions idle for ``episode_timeout_s`` closed.
+
+Imports only ``ragen``'s public API and ``openenv``; without the extra it raises one ``ConfigError`` saying how to
+install it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import importlib.metadata
+import ipaddress
+import json
+import math
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from ragen import ConfigError, Env, RagenError, list_envs, make_env
+
+try:
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata, Observation, State
+    from pydantic import Field
+except ImportError as _exc:  # the optional extra is not installed
+    raise ConfigError(f"serving as OpenEnv needs the openenv extra: pip install 'ragen[openenv]' ({_exc})") from None
+
+#: the OpenEnv minor version this adapter was tested with (the `openenv` extra pins it)
+TESTED_OPENENV = "0.10"
+TOKEN_ENV = "RAGEN_ENV_TOKEN"
+MAX_ACTION_CHARS = 100_000
+MAX_IDLE_ENVS = 64
+
+
+# ---- the wire models -------------------------------------------------------------------------------------------
+class RagenAction(Action):
+    """One primitive action of a ragen env, as the model writes it."""
+
+    action: str = Field(..., max_length=MAX_ACTION_CHARS,
+                        description="One action as the model writes it, e.g. 'Left' (the reset observation lists the "
+                                    "env's action_names when it has them); text the env does not know is an invalid "
+                                    "no-op action (metadata.action_is_valid false), not an error")
+
+
+class RagenObservation(Observation):
+    """A ragen env's step: its text observation and ragen's episode flags (reward, done, metadata: OpenEnv's)."""
+
+    text: str = Field(default="", description="The env's observation: the state the model sees")
+    terminated: bool = Field(default=False, description="The episode reached an end state (done = terminated or "
+                                                        "truncated)")
+    truncated: bool = Field(default=False, description="The env cut the episode short (its own step limit)")
+    success: bool = Field(default=False, description="The episode is won")
+
+
+class RagenResetObservation(RagenObservation):
+    """The first observation of an episode, with the episode's prompt."""
+
+    instructions: str = Field(default="", description="The task, as ragen's system prompt states it")
+    action_names: list[str] | None = Field(default=None, description="The valid actions (case-insensitive); null: "
+                                                                     "free text")
+    action_separator: str | None = Field(default=None, description="Separator between several actions in one answer")
+    symbol_legend: dict[str, str] | None = Field(default=None, description="Meaning of the symbols in the text")
+
+
+class RagenState(State):
+    """OpenEnv's state (episode_id, step_count) and the ragen episode's."""
+
+    env: str = Field(default="", description="The ragen env variant served")
+    task_id: str | None = Field(default=None, description="The env's task id of this episode")
+    seed: int | None = Field(default=None, description="The episode's seed")
+    split: str | None = Field(default=None, description="train, val or test")
+    done: bool = Field(default=False, description="The episode is over")
+
+
+class RequestRefused(Exception):
+    """A request the env cannot serve; HTTP answers ``status`` with ``{"detail": message}``, ``/ws`` an error frame."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def jsonable(value: Any) -> Any:
+    """Env infos hold numpy scalars, tuples, NaN...: JSON every client can read (non-finite floats -> None)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+# ---- the env pool shared by the sessions -----------------------------------------------------------------------
+class ServedEnv:
+    """The ragen env variant behind the app: builds instances, keeps idle ones, serialises envs not declared safe."""
+
+    def __init__(self, name: str, options: dict):
+        self.name, self.options = name, dict(options)
+        self._idle: list[Env] = []
+        self._lock = threading.Lock()
+        probe = make_env(name, **self.options)  # fails here, before serving, when the env or its options are wrong
+        cls = type(probe)
+        self._env_lock = None if getattr(cls, "concurrency", "none") != "none" else threading.Lock()
+        description = next((c.description for c in list_envs() if c.name == name), "") or ""
+        self.metadata = EnvironmentMetadata(
+            name=name, description=description or probe.instructions or f"ragen env {name}",
+            readme_content=_readme(name, description, probe), version=_version())
+        self._idle.append(probe)
+
+    def acquire(self) -> Env:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return make_env(self.name, **self.options)
+
+    def release(self, env: Env) -> None:
+        with self._lock:
+            if len(self._idle) < MAX_IDLE_ENVS and not env.closed:
+                self._idle.append(env)
+                return
+        env.close()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run one env call; its failures become ``RequestRefused`` with the status ``ragen serve-env`` gives them."""
+        try:
+            if self._env_lock is None:
+                return fn()
+            with self._env_lock:
+                return fn()
+        except RequestRefused:
+            raise
+        except RagenError as exc:  # bad options (split, ...)
+            raise RequestRefused(400, f"{type(exc).__name__}: {exc}") from None
+        except RuntimeError as exc:  # stepping a finished episode
+            raise RequestRefused(409, str(exc)) from None
+        except Exception as exc:  # the env itself failed: the client drops this episode
+            raise RequestRefused(422, f"the env raised {type(exc).__name__}: {exc}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for env in idle:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001, PERF203 - one env failing to close must not keep the others open
+                pass
+
+
+class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
+    """One OpenEnv session: one ragen env instance (taken from the pool at the first reset, returned at close)."""
+
+    # every session has its own ragen env; envs not declared concurrency-safe are stepped under one lock (ServedEnv)
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, served: ServedEnv):
+        super().__init__()
+        self._served = served
+        self._env: Env | None = None
+        self._state = RagenState(env=served.name)
+        self._closed = False
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> RagenResetObservation:
+        if self._closed:
+            raise RequestRefused(409, "this session was closed (idle for longer than the server's episode time-out)")
+        if self._env is None:
+            self._env = self._served.acquire()
+        env, options = self._env, dict(kwargs)
+        obs, info = self._served.call(lambda: env.reset(seed=seed, options=options))
+        self._state = RagenState(episode_id=episode_id or _episode_id(), step_count=0, env=self._served.name,
+                                 task_id=None if env.task_id is None else str(env.task_id), seed=env.current_seed,
+                                 split=env.split, done=False)
+        return RagenResetObservation(
+            text=obs, reward=None, done=False, metadata=jsonable(info), instructions=env.instructions,
+            action_names=None if env.action_names is None else [str(a) for a in env.action_names],
+            action_separator=env.action_separator, symbol_legend=jsonable(env.symbol_legend) or None)
+
+    def step(self, action: RagenAction, timeout_s: float | None = None, **kwargs: Any) -> RagenObservation:
+        if self._closed:
+            raise RequestRefused(409, "this session was closed (idle for longer than the server's episode time-out)")
+        if self._env is None or self._state.seed is None:
+            raise RequestRefused(409, "no episode: reset first (HTTP /step is stateless in OpenEnv, a fresh env per "
+                                      "request; play episodes over the WebSocket /ws)")
+        env = self._env
+        obs, reward, terminated, truncated, info = self._served.call(lambda: env.step(action.action))
+        self._state.step_count += 1
+        self._state.done = bool(terminated or truncated)
+        return RagenObservation(text=obs, reward=jsonable(float(reward)), done=self._state.done,
+                                terminated=bool(terminated), truncated=bool(truncated),
+                                success=bool(info.get("success", False)), metadata=jsonable(info))
+
+    @property
+    def state(self) -> RagenState:
+        return self._state
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return self._served.metadata
+
+    def close(self) -> None:
+        self._closed = True
+        env, self._env = self._env, None
+        if env is not None:
+            self._served.release(env)
+
+
+def _episode_id() -> str:
+    import secrets
+
+    return secrets.token_hex(8)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("ragen")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+def _readme(name: str, description: str, env: Env) -> str:
+    cfg = env.config
+    lines = [f"# {name} (ragen)", "", description, "", "## Instructions", "", env.instructions or "(none)", ""]
+    if env.action_names:
+        lines += ["## Actions", "", ", ".join(env.action_names), ""]
+    budget = {k: getattr(cfg, k) for k in ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "max_tokens")}
+    lines += ["## Episode budget (ragen's, applied by the client)", "",
+              ", ".join(f"{k}={v}" for k, v in budget.items()), "",
+              "Served by `ragen serve-env --protocol openenv`; the fields are in docs/openenv.md of ragen."]
+    return "\n".join(lines)
+
+
+# ---- token -------------------------------------------------------------------------------------------------------
+class TokenGate:
+    """ASGI middleware: ``Authorization: Bearer TOKEN`` on every request but ``GET /health`` (HTTP 401; a WebSocket
+    handshake without it is closed before acceptance, which the server answers with 403)."""
+
+    def __init__(self, app: Any, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] in ("http", "websocket") and scope.get("path", "").rstrip("/") != "/health":
+            given = next((v for k, v in scope.get("headers", ()) if k.lower() == b"authorization"), b"")
+            if not hmac.compare_digest(given, self.expected):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                body = json.dumps({"detail": "missing or wrong token (Authorization: Bearer ...)"}).encode()
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+# ---- the app and its server -------------------------------------------------------------------------------------
+def make_openenv_app(name: str, options: dict | None = None, *, token: str | None = None, max_sessions: int = 1024,
+                     episode_timeout_s: float = 600.0) -> Any:
+    """OpenEnv's FastAPI app (``create_app``) serving the ragen env ``name`` with ``options``.
+
+    ``max_sessions``: WebSocket sessions open at once (more are refused with ``CAPACITY_REACHED``);
+    ``episode_timeout_s``: a session idle for longer is closed; ``token``: required as ``Authorization: Bearer``.
+    ``app.state.served`` is the env pool (``close()`` it when done)."""
+    if max_sessions < 1:
+        raise ConfigError(f"--max-episodes: must be >= 1, got {max_sessions}")
+    if not episode_timeout_s > 0:
+        raise ConfigError(f"--episode-timeout: must be > 0, got {episode_timeout_s}")
+    _check_version()
+    served = ServedEnv(name, dict(options or {}))
+    app = create_app(lambda: RagenEnvironment(served), RagenAction, RagenObservation, env_name=name,
+                     concurrency_config=ConcurrencyConfig(max_concurrent_envs=int(max_sessions),
+                                                          session_timeout=float(episode_timeout_s)),
+                     state_cls=RagenState, reset_observation_cls=RagenResetObservation)
+    from fastapi.responses import JSONResponse
+
+    async def refused(request: Any, exc: RequestRefused) -> Any:  # HTTP /reset, /step: a 4xx, never a 500
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    app.add_exception_handler(RequestRefused, refused)
+    if token:
+        app.add_middleware(TokenGate, token=token)
+    app.state.served = served
+    return app
+
+
+def _check_version() -> None:
+    try:
+        version = importlib.metadata.version("openenv")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown (openenv-core?)"
+    if not version.startswith(TESTED_OPENENV + "."):
+        warnings.warn(f"openenv {version} is installed; ragen's OpenEnv server was tested with {TESTED_OPENENV}.x "
+                      f"(pip install 'ragen[openenv]' installs it)", stacklevel=3)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class OpenEnvServer:
+    """uvicorn serving ``app`` on a socket bound at construction (``port=0``: a free one; ``url`` has it)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0):
+        import uvicorn
+
+        self.app, self.host = app, host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+        except OSError as exc:
+            self.sock.close()
+            raise ConfigError(f"--host/--port: cannot listen on {host}:{port}: {exc}") from None
+        self.port = self.sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Serve until Ctrl-C (uvicorn's signal handling in the main thread) or ``stop()``."""
+        try:
+            self.server.run(sockets=[self.sock])
+        finally:
+            self.close()
+
+    def start(self) -> OpenEnvServer:
+        """Serve in a daemon thread; returns once the server accepts connections."""
+        self._thread = threading.Thread(target=self.run, name="ragen-openenv-server", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the OpenEnv server on {self.url} did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+
+    def close(self) -> None:
+        served = getattr(getattr(self.app, "state", None), "served", None)
+        if served is not None:
+            served.close()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def make_openenv_server(name: str, options: dict | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                        token: str | None = None, max_sessions: int = 1024, episode_timeout_s: float = 600.0
+                        ) -> OpenEnvServer:
+    """An ``OpenEnvServer`` (not yet running) for the ragen env ``name``: ``.url``, then ``.run()`` or ``.start()``."""
+    app = make_openenv_app(name, options, token=token, max_sessions=max_sessions, episode_timeout_s=episode_timeout_s)
+    try:
+        return OpenEnvServer(app, host=host, port=port)
+    except ConfigError:
+        app.state.served.close()
+        raise
+
+
+def serve(name: str, options: dict | None = None, *, host: str = "127.0.0.1", port: int = 8765,
+          token: str | None = None, max_sessions: int = 1024, episode_timeout_s: float = 600.0,
+          echo: Callable[[str], None] = print) -> None:
+    """What ``ragen serve-env NAME --protocol openenv`` does: warn when exposed without a token, print the URL, serve
+    until Ctrl-C."""
+    import os
+
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if not is_loopback(host) and not token:
+        warnings.warn(f"serving {name} on {host} without a token: anyone who reaches this port can run episodes",
+                      stacklevel=2)
+    server = make_openenv_server(name, options, host=host, port=port, token=token, max_sessions=max_sessions,
+                                 episode_timeout_s=episode_timeout_s)
+    echo(f"serving {name} (OpenEnv protocol) on {server.url} (Ctrl-C stops)")
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m ragen.envs.openenv_server NAME [-o KEY=VALUE]... [--host H] [--port P] [--token T]``: the same as
+    ``ragen serve-env NAME --protocol openenv`` for a ragen whose CLI does not have the flag."""
+    import argparse
+    import sys
+
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="python -m ragen.envs.openenv_server", description=main.__doc__)
+    parser.add_argument("name")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--token", default=None)
+    parser.add_argument("--episode-timeout", type=float, default=600.0)
+    parser.add_argument("--max-episodes", type=int, default=1024)
+    args = parser.parse_args(argv)
+    options = {}
+    for item in args.option:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            parser.error(f"-o {item!r}: expected KEY=VALUE")
+        options[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        serve(args.name, options, host=args.host, port=args.port, token=args.token, max_sessions=args.max_episodes,
+              episode_timeout_s=args.episode_timeout, echo=lambda line: print(line, flush=True))
+    except RagenError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Helpers of the OpenEnv tests (docs/openenv.md): OpenEnv's scaffold env and ragen envs served on loopback.
+
+Both need the `openenv` package (the ragen[openenv] extra, .venv-openenv); callers skip without it."""
+
+import contextlib
+import importlib
+import sys
+
+
+@contextlib.contextmanager
+def served_scaffold(directory, max_sessions=4, name="echo_env"):
+    """The env `openenv init NAME` writes (the template shipped inside the openenv wheel: an echo env), generated
+    into ``directory`` and served in-process on loopback by OpenEnv's ``create_app``; yields its URL.
+
+    The files come from the template exactly as `openenv init` writes them (its own replacement and copy functions;
+    `init` would also run `uv lock`, which needs the network). The template's app.py caps sessions at 1; the app is
+    built with the same create_app call and ``max_sessions`` instead, since a rollout plays several episodes at once.
+    """
+    from openenv.cli.commands.init import _copy_template_directory, _create_template_replacements
+    from openenv.core.env_server.http_server import create_app
+
+    from ragen.envs.openenv_server import OpenEnvServer
+
+    env_dir = directory / name
+    env_dir.mkdir(parents=True)
+    _copy_template_directory("openenv.cli.templates.openenv_env", "", env_dir, _create_template_replacements(name),
+                             name)
+    sys.path.insert(0, str(directory))
+    try:
+        models = importlib.import_module(f"{name}.models")
+        server_mod = importlib.import_module(f"{name}.server.{name}_environment")
+        prefix = name.removesuffix("_env").title().replace("_", "")
+        env_cls = getattr(server_mod, f"{prefix}Environment")
+        app = create_app(env_cls, getattr(models, f"{prefix}Action"), getattr(models, f"{prefix}Observation"),
+                         env_name=name, max_concurrent_envs=max_sessions)
+        server = OpenEnvServer(app).start()
+        try:
+            yield server.url
+        finally:
+            server.stop()
+    finally:
+        sys.path.remove(str(directory))
+        for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[mod]
+
+
+@contextlib.contextmanager
+def served_ragen(name, options=None, **kw):
+    """A ragen env served as OpenEnv (ragen.envs.openenv_server) on a free loopback port; yields the server."""
+    from ragen.envs.openenv_server import make_openenv_server
+
+    server = make_openenv_server(name, options, **kw).start()
+    try:
+        yield server
+    finally:
+        server.stop()
