@@ -38,7 +38,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ragen import ConfigError, Env, RagenError, list_envs, make_env
+from ragen.contract.env import Env
+from ragen.errors import ConfigError, RagenError
+from ragen.plugins.components import list_envs, make_env
 
 try:
     from openenv.core.env_server.http_server import create_app

@@ -12,7 +12,7 @@ import pytest
 
 import ragen
 from ragen import ConfigError
-from ragen.checker import check_env
+from ragen.testing import check_env
 from ragen_openenv import OpenEnvError
 from ragen_openenv.env import endpoints, pick_field
 
@@ -274,7 +274,7 @@ def test_server_failures_are_openenv_errors_and_never_hang():
 def test_train_two_steps_and_failed_episodes_are_dropped_and_counted(tmp_path):
     """`ragen run` on the stub: every episode with rollout_index 1 fails at reset (half of each group of two); the run
     goes on, its metrics count them."""
-    from conftest import run_two_steps
+    from ragen.testing import run_two_steps
 
     s = StubServer(fail_reset=lambda d: d.get("rollout_index") == 1)
     try:
