@@ -506,8 +506,10 @@ def test_reward_table():
         assert env.step("idtac.")[1] == pytest.approx(-0.1)  # an accepted no-op earns nothing by default
         for tactic in ADD_0_R.proof[1:-1]:
             env.step(tactic)
+        paid = env.progress_paid  # the proof is paid the rest of max_progress_reward (issue 26)
+        assert paid == pytest.approx(5.0)
         obs, reward, terminated, truncated, info = env.step(ADD_0_R.proof[-1])
-        assert reward == pytest.approx(10.9) and terminated and not truncated and info["success"]
+        assert reward == pytest.approx(9.9 + 5.0 - paid) and terminated and not truncated and info["success"]
         assert "No goals: the proof is complete." in obs
         with pytest.raises(RuntimeError):
             env.step("idtac.")
@@ -539,7 +541,7 @@ def test_idtac_farming_earns_less_than_a_real_proof():
         assert farmed == pytest.approx(30 * -0.1 - 2.0) and farmed < 0 < proof
     finally:
         env.close()
-    env = curriculum_env(reward_noop=True)  # RAGEN's setting stays available
+    env = curriculum_env(reward_noop=True, max_progress_reward=None)  # RAGEN's setting stays available
     try:
         farmed = _episode_return(env, farm)
         assert farmed == pytest.approx(30 * 0.9 - 2.0) and farmed > _episode_return(env, ADD_0_R.proof)
