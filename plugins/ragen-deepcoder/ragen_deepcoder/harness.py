@@ -39,6 +39,12 @@ CHILD_NICE = 10
 GRACE_S = 2.0
 #: how deep a value may nest on the wire (deeper is an error, not a RecursionError)
 MAX_DEPTH = 100
+#: most values (items, keys, containers) one message may decode to; more is an error
+MAX_ELEMENTS = 1_000_000
+#: most different values of one message that may share a hash: ints that differ by multiples of 2**61 - 1 all hash
+#: alike, and a set of 100,000 of them costs a hash table 5e9 comparisons; with this bound every set or dict built from
+#: the message (by the decoder, or by the test code: ``set(f(x))``) stays linear
+MAX_SAME_HASH = 16
 
 
 # ---- values on the wire ---------------------------------------------------------------------------------------------
@@ -66,28 +72,100 @@ def _encode(value, depth=0):
 _TAGS = {"tuple": tuple, "set": set, "frozenset": frozenset}
 
 
-def _decode(data, depth=0):
-    """The plain value ``data`` encodes; ValueError for anything malformed. Only built-in types come out."""
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested too deeply")
-    if data is None or type(data) in (bool, int, float, str):
-        return data
-    if type(data) is list:
-        return [_decode(v, depth + 1) for v in data]
-    if type(data) is not dict or set(data) != {"t", "v"}:
-        raise ValueError("malformed value")
-    tag, raw = data["t"], data["v"]
-    if tag in _TAGS and type(raw) is list:
-        return _TAGS[tag](_decode(v, depth + 1) for v in raw)
-    if tag == "dict" and type(raw) is list and all(type(p) is list and len(p) == 2 for p in raw):
-        return {_decode(k, depth + 1): _decode(v, depth + 1) for k, v in raw}
-    if tag == "bytes" and type(raw) is str:
-        return bytes.fromhex(raw)
-    if tag == "complex" and type(raw) is list and len(raw) == 2:
-        return complex(float(_decode(raw[0], depth + 1)), float(_decode(raw[1], depth + 1)))
-    if tag == "float" and raw in ("nan", "inf", "-inf"):
-        return float(raw)
-    raise ValueError(f"malformed value tagged {str(tag)[:20]!r}")
+def _decode(data, deadline=None, budget=MAX_ELEMENTS):
+    """The plain value ``data`` encodes; ValueError for anything malformed. Only built-in types come out.
+
+    The data comes from the candidate, and the checker decodes it outside the sandbox: it may hold at most ``budget``
+    values, must be decoded by ``deadline`` (a monotonic time) and may not hold more than ``MAX_SAME_HASH`` different
+    values sharing one hash (checked before any set or dict is built), so no value costs more than linear time here."""
+    decoder = _Decoder(deadline, budget)
+    value = decoder.decode(data, 0)
+    decoder.check_hashes(decoder.hashed)  # what the test code may put in a set: numbers and tuples of them anywhere
+    return value
+
+
+#: types whose hash the candidate controls (str and bytes hashes are salted per process)
+_HASH_CHOSEN = (int, float, complex, tuple, frozenset)
+
+
+class _Decoder:
+    def __init__(self, deadline, budget):
+        self.deadline, self.left = deadline, budget
+        self.hashed = []  #: every decoded value of a _HASH_CHOSEN type
+
+    def tick(self, n=1):
+        self.left -= n
+        if self.left < 0:
+            raise ValueError("value too large (more than %d elements)" % MAX_ELEMENTS)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ValueError("value took too long to decode")
+
+    def decode(self, data, depth):
+        if depth > MAX_DEPTH:
+            raise ValueError("value nested too deeply")
+        if (self.left & 1023) == 0:
+            self.tick(0)
+        self.left -= 1
+        if self.left < 0:
+            raise ValueError("value too large (more than %d elements)" % MAX_ELEMENTS)
+        if data is None or type(data) in (bool, str):
+            return data
+        if type(data) in (int, float):
+            self.hashed.append(data)
+            return data
+        if type(data) is list:
+            return [self.decode(v, depth + 1) for v in data]
+        if type(data) is not dict or set(data) != {"t", "v"}:
+            raise ValueError("malformed value")
+        tag, raw = data["t"], data["v"]
+        value = self._tagged(tag, raw, depth)
+        if type(value) in _HASH_CHOSEN:
+            self.hashed.append(value)
+        return value
+
+    def _tagged(self, tag, raw, depth):
+        if tag in _TAGS and type(raw) is list:
+            items = [self.decode(v, depth + 1) for v in raw]
+            if tag != "tuple":
+                self.check_hashes(items)
+            return _TAGS[tag](items)
+        if tag == "dict" and type(raw) is list and all(type(p) is list and len(p) == 2 for p in raw):
+            pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in raw]
+            self.check_hashes([k for k, _ in pairs])
+            return dict(pairs)
+        if tag == "bytes" and type(raw) is str:
+            return bytes.fromhex(raw)
+        if tag == "complex" and type(raw) is list and len(raw) == 2:
+            return complex(float(self.decode(raw[0], depth + 1)), float(self.decode(raw[1], depth + 1)))
+        if tag == "float" and raw in ("nan", "inf", "-inf"):
+            return float(raw)
+        raise ValueError(f"malformed value tagged {str(tag)[:20]!r}")
+
+    def check_hashes(self, values):
+        """ValueError when more than ``MAX_SAME_HASH`` different values share a hash (unhashable values and NaNs are
+        skipped). Sorting the hashes, not a hash table, finds them: O(n log n + n * MAX_SAME_HASH), never quadratic."""
+        keyed = []
+        for i, v in enumerate(values):
+            if type(v) in _HASH_CHOSEN and v == v:
+                try:
+                    keyed.append((hash(v), i))
+                except TypeError:  # a tuple holding a list
+                    continue
+        keyed.sort()
+        start = 0
+        while start < len(keyed):
+            end = start
+            while end < len(keyed) and keyed[end][0] == keyed[start][0]:
+                end += 1
+            if end - start > MAX_SAME_HASH:
+                distinct = []
+                for _, i in keyed[start:end]:
+                    if not any(values[i] == d for d in distinct):
+                        distinct.append(values[i])
+                        if len(distinct) > MAX_SAME_HASH:
+                            raise ValueError("value with more than %d different items of one hash" % MAX_SAME_HASH)
+                self.tick(0)
+            start = end
 
 
 def _json_normal(value, depth=0):
@@ -537,11 +615,17 @@ class _Remote:
 
 
 def _remote_exception(reply):
-    """The built-in exception class the candidate's call raised (so ``pytest.raises``-style tests work)."""
+    """The built-in exception class the candidate's call raised (so ``pytest.raises``-style tests work); a
+    control-flow exception (``StopIteration``, ``StopAsyncIteration``) comes back as a RuntimeError, as PEP 479 does
+    for generators: raised inside ``map``, ``filter`` or ``zip`` it would end the iteration quietly, and
+    ``assert all(map(f, xs))`` would pass with a candidate that raises on every call."""
     cls = getattr(builtins, str(reply.get("exc")), None)
+    error = _short(reply.get("error") or "the call failed")
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         cls = RuntimeError
-    return cls(_short(reply.get("error") or "the call failed"))
+    if issubclass(cls, (StopIteration, StopAsyncIteration)):
+        return RuntimeError(f"the candidate raised {cls.__name__}: {error}")
+    return cls(error)
 
 
 #: the checker's name for the wrapper of truth-tested calls (a dunder no test or prelude uses)
@@ -654,7 +738,7 @@ class _Session:
             if msg.get("status") == "error":
                 raise _remote_exception(msg)
             try:
-                return _decode(msg.get("value"))
+                return _decode(msg.get("value"), self.deadline)
             except (ValueError, TypeError, RecursionError, OverflowError) as e:
                 raise TypeError(f"unreadable return value: {e}") from None
 
@@ -714,7 +798,7 @@ def _data_test(session, test, t0):
     if test["kind"] == "stdio":
         return result
     try:
-        result["value"] = _json_normal(_decode(done.get("value")))
+        result["value"] = _json_normal(_decode(done.get("value"), session.deadline))
     except (ValueError, TypeError, RecursionError, OverflowError) as e:
         result = {"status": "error", "error": _short(f"return value: {e}"), "time_s": result["time_s"]}
     return result
