@@ -76,24 +76,31 @@ def _decode(data, deadline=None, budget=MAX_ELEMENTS):
     """The plain value ``data`` encodes; ValueError for anything malformed. Only built-in types come out.
 
     The data comes from the candidate, and the checker decodes it outside the sandbox: it may hold at most ``budget``
-    values, must be decoded by ``deadline`` (a monotonic time) and may not hold more than ``MAX_SAME_HASH`` different
-    values sharing one hash (checked before any set or dict is built), so no value costs more than linear time here."""
+    values, must be decoded by ``deadline`` (a monotonic time, checked per container) and may not hold more than
+    ``MAX_SAME_HASH`` different values sharing one hash (checked before any set or dict is built, and over the whole
+    value for what the test code may put in a set), so no value costs the checker more than linear time."""
     decoder = _Decoder(deadline, budget)
+    decoder.tick(1)
     value = decoder.decode(data, 0)
-    decoder.check_hashes(decoder.hashed)  # what the test code may put in a set: numbers and tuples of them anywhere
+    decoder.check_hashes(decoder.hashed)
     return value
 
 
+#: ints strictly inside (-_HASH_MODULUS, _HASH_MODULUS) hash to themselves (-1 to -2): only bigger ones can collide
+_HASH_MODULUS = (1 << 61) - 1 if sys.hash_info.width == 64 else (1 << 31) - 1
 #: types whose hash the candidate controls (str and bytes hashes are salted per process)
 _HASH_CHOSEN = (int, float, complex, tuple, frozenset)
 
 
 class _Decoder:
+    """One value's decoding: its element budget, deadline and the values whose hashes the candidate chose."""
+
     def __init__(self, deadline, budget):
         self.deadline, self.left = deadline, budget
-        self.hashed = []  #: every decoded value of a _HASH_CHOSEN type
+        self.hashed = []  #: decoded numbers that may share a hash (big ints, floats...), tuples and frozensets
 
-    def tick(self, n=1):
+    def tick(self, n):
+        """Count ``n`` more values against the budget; check the deadline."""
         self.left -= n
         if self.left < 0:
             raise ValueError("value too large (more than %d elements)" % MAX_ELEMENTS)
@@ -101,41 +108,58 @@ class _Decoder:
             raise ValueError("value took too long to decode")
 
     def decode(self, data, depth):
+        """``data``, already counted by its container."""
         if depth > MAX_DEPTH:
             raise ValueError("value nested too deeply")
-        if (self.left & 1023) == 0:
-            self.tick(0)
-        self.left -= 1
-        if self.left < 0:
-            raise ValueError("value too large (more than %d elements)" % MAX_ELEMENTS)
-        if data is None or type(data) in (bool, str):
+        kind = type(data)
+        if data is None or kind is bool or kind is str:
             return data
-        if type(data) in (int, float):
-            self.hashed.append(data)
+        if kind is int or kind is float:
+            self._number(data)
             return data
-        if type(data) is list:
-            return [self.decode(v, depth + 1) for v in data]
-        if type(data) is not dict or set(data) != {"t", "v"}:
+        if kind is list:
+            return self.items(data, depth)
+        if kind is not dict or set(data) != {"t", "v"}:
             raise ValueError("malformed value")
-        tag, raw = data["t"], data["v"]
-        value = self._tagged(tag, raw, depth)
-        if type(value) in _HASH_CHOSEN:
+        value = self._tagged(data["t"], data["v"], depth)
+        if type(value) in (complex, tuple, frozenset):
             self.hashed.append(value)
         return value
 
+    def _number(self, v):
+        if type(v) is float or not -_HASH_MODULUS < v < _HASH_MODULUS:
+            self.hashed.append(v)
+
+    def items(self, raw, depth):
+        """The decoded items of a list (a flat list of scalars takes the fast loop)."""
+        self.tick(len(raw))
+        out = []
+        for v in raw:
+            kind = type(v)
+            if kind is int or kind is float:
+                self._number(v)
+                out.append(v)
+            elif v is None or kind is str or kind is bool:
+                out.append(v)
+            else:
+                out.append(self.decode(v, depth + 1))
+        return out
+
     def _tagged(self, tag, raw, depth):
         if tag in _TAGS and type(raw) is list:
-            items = [self.decode(v, depth + 1) for v in raw]
+            items = self.items(raw, depth)
             if tag != "tuple":
                 self.check_hashes(items)
             return _TAGS[tag](items)
         if tag == "dict" and type(raw) is list and all(type(p) is list and len(p) == 2 for p in raw):
+            self.tick(2 * len(raw))
             pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in raw]
             self.check_hashes([k for k, _ in pairs])
             return dict(pairs)
         if tag == "bytes" and type(raw) is str:
             return bytes.fromhex(raw)
         if tag == "complex" and type(raw) is list and len(raw) == 2:
+            self.tick(2)
             return complex(float(self.decode(raw[0], depth + 1)), float(self.decode(raw[1], depth + 1)))
         if tag == "float" and raw in ("nan", "inf", "-inf"):
             return float(raw)
@@ -143,25 +167,29 @@ class _Decoder:
 
     def check_hashes(self, values):
         """ValueError when more than ``MAX_SAME_HASH`` different values share a hash (unhashable values and NaNs are
-        skipped). Sorting the hashes, not a hash table, finds them: O(n log n + n * MAX_SAME_HASH), never quadratic."""
-        keyed = []
-        for i, v in enumerate(values):
+        skipped). Found by sorting the hashes, not by a hash table: O(n log n + n * MAX_SAME_HASH), never quadratic."""
+        hashed, hashes = [], []
+        for v in values:
             if type(v) in _HASH_CHOSEN and v == v:
                 try:
-                    keyed.append((hash(v), i))
+                    hashes.append(hash(v))
                 except TypeError:  # a tuple holding a list
                     continue
-        keyed.sort()
+                hashed.append(v)
+        # fast path: fewer repeated hashes than the bound (a set of hash values is safe: they are distinct ints)
+        if len(hashes) - len(set(hashes)) < MAX_SAME_HASH:
+            return
+        order = sorted(range(len(hashes)), key=hashes.__getitem__)
         start = 0
-        while start < len(keyed):
-            end = start
-            while end < len(keyed) and keyed[end][0] == keyed[start][0]:
+        while start < len(order):
+            end, h = start, hashes[order[start]]
+            while end < len(order) and hashes[order[end]] == h:
                 end += 1
             if end - start > MAX_SAME_HASH:
                 distinct = []
-                for _, i in keyed[start:end]:
-                    if not any(values[i] == d for d in distinct):
-                        distinct.append(values[i])
+                for i in order[start:end]:
+                    if not any(hashed[i] == d for d in distinct):
+                        distinct.append(hashed[i])
                         if len(distinct) > MAX_SAME_HASH:
                             raise ValueError("value with more than %d different items of one hash" % MAX_SAME_HASH)
                 self.tick(0)
@@ -356,7 +384,7 @@ def _child_data(code, test, res_w):
     try:
         ns = _exec_solution(code, test["kind"])
         if test["kind"] == "functional":
-            result["value"] = _encode(_resolve(ns, test["fn_name"])(*_decode(test["args"])))
+            result["value"] = _encode(_resolve(ns, test["fn_name"])(*_decode(test["args"], budget=math.inf)))
     except BaseException as e:  # noqa: B902 - everything the program raises is a test failure
         result = _error(e)
     try:
@@ -386,7 +414,7 @@ def _child_calls(code, test, lines, msg_out):
             return
         reply = {"i": test["i"], "call": msg.get("call")}
         try:
-            reply["value"] = _encode(_resolve(ns, msg["name"])(*_decode(msg["args"])))
+            reply["value"] = _encode(_resolve(ns, msg["name"])(*_decode(msg["args"], budget=math.inf)))
         except BaseException as e:  # noqa: B902
             reply.update(_error(e))
         _send(msg_out, reply)
