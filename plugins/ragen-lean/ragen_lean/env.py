@@ -86,10 +86,10 @@ class LeanConfig(EnvConfig):
     max_steps_penalty: float = option(-2.0, "Reward added when max_actions_per_episode tactics leave it unproved (RAGEN: -2).")
     reward_noop: bool = option(
         False,
-        "Whether accepted tactics that reach no new goal state earn valid_step_reward. False (FIX): only a tactic whose "
-        "goals (hypotheses included) differ from every state seen so far in the episode earns it; no-ops (idtac, Show) "
-        "and returns to an earlier state (pose (x := 0). || clear x.) earn only the step penalty. True is RAGEN's "
-        "setting (every accepted tactic earns it: 30 idtac. earn ~+25 against ~+15 for a real proof).",
+        "Whether accepted tactics that reach no new goal state earn valid_step_reward. False (FIX): only a tactic "
+        "whose goals (hypotheses included) differ from every state seen so far in the episode earns it; no-ops "
+        "(idtac, Show) and returns to an earlier state (pose (x := 0). || clear x.) earn only the step penalty. True "
+        "is RAGEN's setting (every accepted tactic earns it: 30 idtac. earn ~+25 against ~+15 for a real proof).",
     )
     max_progress_reward: float | None = option(
         5.0,

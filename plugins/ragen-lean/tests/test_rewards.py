@@ -33,7 +33,8 @@ def fresh(template: str) -> list[str]:
 FARMS = {
     "pose/clear cycle": [CYCLE] * 8,
     "pose proof I as h": ["pose proof I as h. || pose proof I as h. || clear h. || pose proof I as h."] * 8,
-    "assert True by trivial": ["assert (h : True) by trivial. || clear h. || assert (h : True) by trivial. || idtac."] * 8,
+    "assert True by trivial": [
+        "assert (h : True) by trivial. || clear h. || assert (h : True) by trivial. || idtac."] * 8,
     "fresh pose proof": fresh("pose proof I as h{k}."),
     "fresh assert": fresh("assert (h{k} : True) by trivial."),
     "fresh cut chain": fresh("cut ({k} = {k})."),
@@ -96,7 +97,9 @@ def test_junk_before_a_proof_does_not_raise_its_score(env, lemma):
     """Fresh-state junk (paid progress on its own) ahead of the proof only costs its step penalties."""
     plain, proved = play(env, lemma, proof_answers(env, lemma))
     assert proved
-    for junk in (["pose proof I as j1.", "pose proof I as j2.", "pose proof I as j3."], ["assert (e : 1 = 1) by reflexivity.", "pose (v := 7)."]):
+    junks = (["pose proof I as j1.", "pose proof I as j2.", "pose proof I as j3."],
+             ["assert (e : 1 = 1) by reflexivity.", "pose (v := 7)."])
+    for junk in junks:
         padded, proved = play(env, lemma, proof_answers(env, lemma, junk))
         assert proved
         assert padded == pytest.approx(plain + len(junk) * env.config.step_penalty)

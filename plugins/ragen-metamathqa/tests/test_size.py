@@ -42,12 +42,14 @@ ACCEPTED = [
     # issue 16's table
     "2^{10}", "x^2+1", "10^{100}", "2^{10000}", "2^{2^{2^{2}}}", r"e^{i\pi}", "20!", r"\frac{1}{2}", "a^{b}", "2^3^2",
     # answers problems have
-    "72", "-3", "0.375", "1,000,000", r"\$12.50", "50\\%", r"\boxed{17}", r"6.02 \times 10^{23}", r"2^{-10}", "1/2 + 1/3",
+    "72", "-3", "0.375", "1,000,000", r"\$12.50", "50\\%", r"\boxed{17}", r"6.02 \times 10^{23}", r"2^{-10}",
+    "1/2 + 1/3",
     r"\frac{\sqrt{3}}{2}", r"\dfrac{3}{4}", r"-\frac{1}{3}", r"2\sqrt{2}", r"\sqrt[3]{27}", r"(1+\sqrt{5})/2", r"\pi",
     r"\frac{\pi}{2}", r"3\pi x^2", r"i\sqrt{2}", r"x^2-4x+4", r"(x+1)^{2}", r"y = 2x + 3", r"(-\infty, 3]", "[0, 1)",
     r"x \in (1, 2)", r"\{1, 2, 3\}", r"\left( \frac{1}{2}, -\frac{3}{4} \right)", r"|x - 3| < 5", r"3\text{ cm}",
     r"45^\circ", r"\log_2 8", r"\sin^2 x + \cos^2 x", r"\sqrt{x^2+y^2}", r"\binom{10}{3}", r"{10 \choose 3}", "5!!",
-    r"\binom{x}{3}", r"\int_0^1 x^2 dx", r"\lim_{x \to 0} \frac{\sin x}{x}", r"\sum_{k=1}^{n} k^2", r"\prod_{k=1}^{n} k",
+    r"\binom{x}{3}", r"\int_0^1 x^2 dx", r"\lim_{x \to 0} \frac{\sin x}{x}", r"\sum_{k=1}^{n} k^2",
+    r"\prod_{k=1}^{n} k",
     r"\begin{pmatrix} 1 & 2 \\ 3 & 4 \end{pmatrix}", r"\mathrm{(A)}", "",
     # big but cheap: monomials, numbers within the digit bound
     "x^{9999}", r"\pi^{9999}", r"\sqrt{2}^{9999}", r"e^{9999}", "1000!", "3000!", r"\binom{1000}{500}",
