@@ -52,7 +52,7 @@ def test_reused_old_logprobs_equal_the_recomputed_ones(trainer, rollout):
     metrics: dict = {}
     trainer._old_logprobs(rollout, metrics)
     assert metrics["rollout/old_logprobs_reused"] == 1.0
-    reused = rollout.extra["old_logprobs"]
+    reused = rollout.old_logprobs
     with torch.no_grad():
         recomputed, _ = trainer._forward_logprobs(rollout, with_entropy=False)
     mask = rollout.loss_mask.bool()
@@ -95,7 +95,7 @@ def test_recomputation_where_the_rule_forbids_reuse(trainer, rollout):
         trainer.cfg = load_config(overrides=[*SMALL, f"logging.run_dir={trainer.run_dir.parent}"])
     assert calls and metrics["rollout/old_logprobs_reused"] == 0.0
     assert 0.0 <= metrics["rollout/logprob_abs_diff_max"] < 1e-5 and metrics["actor/entropy"] > 0
-    assert not torch.equal(rollout.extra["old_logprobs"], rollout.rollout_logprobs)  # recomputed, not copied
+    assert not torch.equal(rollout.old_logprobs, rollout.rollout_logprobs)  # recomputed, not copied
 
 
 # ---- acceptance 1b: the sampled-position path gives the full path's loss and gradients ---------------------------
@@ -349,4 +349,4 @@ def test_trainer_recomputes_for_a_bf16_or_vllm_engine(trainer, rollout):
         finally:
             trainer.engine = real
         assert metrics["rollout/old_logprobs_reused"] == 0.0 and "rollout/logprob_abs_diff_max" in metrics
-        assert not torch.equal(rollout.extra["old_logprobs"], rollout.rollout_logprobs * rollout.loss_mask)
+        assert not torch.equal(rollout.old_logprobs, rollout.rollout_logprobs * rollout.loss_mask)

@@ -247,15 +247,15 @@ class Trainer:
             self._reference_kl(batch, metrics)
         values = self._values(batch) if self.critic is not None else None
         out = self.estimator(AdvantageInput(token_rewards=batch.token_rewards, mask=batch.loss_mask, scores=batch.scores,
-                                            group_ids=batch.group_ids, values=values, turn_ids=batch.extra["turn_ids"],
-                                            turn_scores=batch.extra["turn_scores"], kl_rewards=batch.extra.get("kl_rewards")))
+                                            group_ids=batch.group_ids, values=values, turn_ids=batch.turn_ids,
+                                            turn_scores=batch.turn_scores, kl_rewards=batch.kl_rewards))
         scale = {"none": 1.0, "linear": kept_ratio, "sqrt": kept_ratio ** 0.5}[p.filter_loss_scaling]
-        batch.extra["advantages"] = out.advantages.to(self.device).float() * scale
+        batch.advantages = out.advantages.to(self.device).float() * scale
         if values is not None:
-            batch.extra["values"] = values
-            batch.extra["returns"] = out.returns.to(self.device).float()
+            batch.values = values
+            batch.returns = out.returns.to(self.device).float()
         sampled = batch.loss_mask.bool()
-        adv_sum, adv_n = dp.all_reduce_sum([float(batch.extra["advantages"][sampled].sum()), float(sampled.sum())])
+        adv_sum, adv_n = dp.all_reduce_sum([float(batch.advantages[sampled].sum()), float(sampled.sum())])
         metrics["actor/advantage_mean"] = adv_sum / max(adv_n, 1.0)
 
         # ==== UPDATE: critic first, then actor; ppo_epochs over near-equal mini-batches ====
@@ -352,7 +352,7 @@ class Trainer:
         plan = None  # packed history-window rows (blocks) restart positions: the plain path
         # ZeRO-2 reduces each gradient in a hook as soon as it is ready: a parameter used by both passes would be
         # reduced twice, once half-accumulated (grad norm 2.4% off stage 0 in test_distributed), so stage 2 runs rows whole
-        if (self.share_prefix and self.cfg.trainer.zero_stage < 2 and "blocks" not in batch.extra
+        if (self.share_prefix and self.cfg.trainer.zero_stage < 2 and batch.blocks is None
                 and shareable(module)):
             plan = prefix_plan(ids, lmask)
         if plan is None:
@@ -389,17 +389,17 @@ class Trainer:
                                                  tis_cap=self.cfg.rollout.tis_cap) is None
         metrics["rollout/old_logprobs_reused"] = float(self._reused_old)
         if self._reused_old:  # actor/entropy then comes from the update's forward passes
-            batch.extra["old_logprobs"] = batch.rollout_logprobs * batch.loss_mask
+            batch.old_logprobs = batch.rollout_logprobs * batch.loss_mask
             return
         old, ent = [], []
         for rows in self._micro_batches(batch, list(range(len(batch)))):
             lp, e = self._forward_logprobs(batch.rows(rows), with_entropy=True)
             old.append((rows, _pad_to(lp, batch.input_ids.shape[1])))
             ent.append(_pad_to(e, batch.input_ids.shape[1]))
-        batch.extra["old_logprobs"] = _in_row_order(old)
+        batch.old_logprobs = _in_row_order(old)
         mask = batch.loss_mask.bool()
         entropy = _in_row_order(list(zip((r for r, _ in old), ent)))
-        diff = (batch.extra["old_logprobs"] - batch.rollout_logprobs).abs()[mask]
+        diff = (batch.old_logprobs - batch.rollout_logprobs).abs()[mask]
         # over the global batch: sums and counts reduced across data-parallel ranks
         ent_sum, diff_sum, n = dp.all_reduce_sum([float(entropy[mask].sum()), float(diff.sum()), float(mask.sum())])
         local_max = float(diff.max()) if diff.numel() else 0.0
@@ -426,15 +426,15 @@ class Trainer:
         for rows in micro_batches(list(range(len(batch))), self.cfg.trainer.micro_batch_size):
             sub = batch.rows(rows)
             ref.append(_pad_to(self._reference_logprobs(sub), batch.input_ids.shape[1]))
-        batch.extra["ref_logprobs"] = torch.cat(ref)
+        batch.ref_logprobs = torch.cat(ref)
         mask = batch.loss_mask
-        d = (batch.extra["old_logprobs"] - batch.extra["ref_logprobs"]) * mask
+        d = (batch.old_logprobs - batch.ref_logprobs) * mask
         d_sum, n_tok = dp.all_reduce_sum([float(d.sum()), float(mask.sum())])
         metrics["actor/ref_kl"] = d_sum / max(n_tok, 1.0)
         if p.kl_reward_coef > 0:
-            k = kl_penalty(batch.extra["old_logprobs"], batch.extra["ref_logprobs"], p.kl_reward_type) * mask
-            batch.extra["kl_rewards"] = -self.kl_beta * k
-            batch.token_rewards = batch.token_rewards + batch.extra["kl_rewards"]
+            k = kl_penalty(batch.old_logprobs, batch.ref_logprobs, p.kl_reward_type) * mask
+            batch.kl_rewards = -self.kl_beta * k
+            batch.token_rewards = batch.token_rewards + batch.kl_rewards
             k_sum, n_rows = dp.all_reduce_sum([float(k.sum()), float((mask.sum(-1) > 0).sum())])
             seq_kl = k_sum / max(n_rows, 1.0)  # mean per-trajectory KL over the global batch
             metrics["actor/kl_reward_beta"] = self.kl_beta
@@ -483,7 +483,7 @@ class Trainer:
                     vloss_total, vbad = 0.0, False
                     for m in micros:
                         v = self.critic(m.input_ids, model_attention(m, self.critic.module), m.position_ids)
-                        vloss, vm = value_loss(v, m.extra["values"], m.extra["returns"], m.loss_mask, clip=cfg.value_clip,
+                        vloss, vm = value_loss(v, m.values, m.returns, m.loss_mask, clip=cfg.value_clip,
                                                agg_mode=p.loss_agg_mode, norm=norm)
                         if not torch.isfinite(vloss):
                             vbad, vloss = True, _zero_loss(self.critic.module)
@@ -501,16 +501,16 @@ class Trainer:
                                                      entropy_grad=p.entropy_coef > 0)
                     if entropy_metric and epoch == 0:
                         add("actor/entropy", float((ent.detach() * m.loss_mask).sum()), float(m.loss_mask.sum()))
-                    adv = m.extra["advantages"]
+                    adv = m.advantages
                     if self.cfg.rollout.tis_cap > 0:  # truncated importance sampling for the train/rollout gap
-                        adv = adv * tis_weights(m.extra["old_logprobs"], m.rollout_logprobs, m.loss_mask, self.cfg.rollout.tis_cap)
-                    pg, pm = policy_loss(lp, m.extra["old_logprobs"], adv, m.loss_mask,
+                        adv = adv * tis_weights(m.old_logprobs, m.rollout_logprobs, m.loss_mask, self.cfg.rollout.tis_cap)
+                    pg, pm = policy_loss(lp, m.old_logprobs, adv, m.loss_mask,
                                          clip_low=p.clip_ratio_low, clip_high=p.clip_ratio_high, clip_c=p.clip_ratio_c,
                                          agg_mode=p.loss_agg_mode, norm=norm, log_ratio_clamp=p.log_ratio_clamp,
                                          ratio_level=p.ratio_level)
                     loss = pg
                     if p.kl_coef > 0:
-                        kl = aggregate(kl_penalty(lp, m.extra["ref_logprobs"], p.kl_type), m.loss_mask, p.loss_agg_mode, norm)
+                        kl = aggregate(kl_penalty(lp, m.ref_logprobs, p.kl_type), m.loss_mask, p.loss_agg_mode, norm)
                         loss = loss + p.kl_coef * kl
                         kl_total += float(kl.detach())
                     if p.entropy_coef > 0:
