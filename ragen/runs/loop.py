@@ -75,7 +75,8 @@ def _initial_model(cfg: RunConfig, run_dir: Path, resume: bool) -> tuple[Path | 
 
 
 def _start(trainer: Trainer, resumed: bool, warm_metrics: dict) -> None:
-    """A resumed run loads its last checkpoint; a new one logs the warm start and validates the initial policy (step 0)."""
+    """A resumed run loads its last checkpoint; a new one logs the warm start's metrics and validates the initial
+    policy (both as step 0)."""
     run_dir, cfg = trainer.run_dir, trainer.cfg
     if resumed:
         start = trainer.load_checkpoint()

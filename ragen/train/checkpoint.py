@@ -64,8 +64,8 @@ def load(run_dir: Path, actor, critic) -> dict:
 
 
 def export(out: Path, module: torch.nn.Module, tokenizer, lora: bool) -> Path:
-    """The policy as a plain Hugging Face folder with its tokenizer (LoRA: merged, the adapter alone in ``out/adapter``);
-    rank 0 writes it."""
+    """The policy as a plain Hugging Face folder with its tokenizer (LoRA: merged, and the adapter alone in
+    ``out/adapter``); rank 0 writes it."""
     if not dp.is_main():
         return out
     if lora:

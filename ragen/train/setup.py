@@ -120,7 +120,8 @@ def _components(cfg: RunConfig) -> tuple:
     """The preset, the training envs' configs, the estimator, filters, shapers and parser, by name."""
     preset = resolve_preset(cfg)
     check_plan(cfg)  # every train/val env exists and takes its options
-    env_configs = [component_config(get_registry("env").get(p.name), p.options, path="env.options") for p in train_plan(cfg)]
+    env_configs = [component_config(get_registry("env").get(p.name), p.options, path="env.options")
+                   for p in train_plan(cfg)]
     estimator = make_component("estimator", preset.estimator, **preset.estimator_options)
     filters = [make_component("filter", name, **opts) for name, opts in
                ((preset.pre_filter, preset.pre_filter_options), (preset.filter, preset.filter_options)) if name]

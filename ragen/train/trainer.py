@@ -39,7 +39,8 @@ class Trainer:
         parts = setup.build(cfg, self.run_dir, resume=resume, init_model=init_model)
         self.device, self.dtype, self.rank, self.world = parts.device, parts.dtype, parts.rank, parts.world
         # components, by name, from the registries
-        self.preset, self.estimator, self.filters, self.shapers = parts.preset, parts.estimator, parts.filters, parts.shapers
+        self.preset, self.estimator = parts.preset, parts.estimator
+        self.filters, self.shapers = parts.filters, parts.shapers
         # models and engines; the reference policy: with LoRA the base model with adapters disabled, else a frozen copy
         self.tokenizer, self.model_source, self.lora = parts.tokenizer, parts.model_source, parts.lora
         self.actor, self.critic, self.reference, self.engine = parts.actor, parts.critic, parts.reference, parts.engine
@@ -101,7 +102,8 @@ class Trainer:
 
         # ==== UPDATE: critic first, then actor; ppo_epochs over near-equal mini-batches ====
         with timer.phase("update"):
-            metrics.update(self.updater(batch, step, n_global, seed=self._seed(2, step, self.rank), measure_entropy=reused))
+            seed = self._seed(2, step, self.rank)  # the mini-batch shuffle
+            metrics.update(self.updater(batch, step, n_global, seed=seed, measure_entropy=reused))
             if self.world > 1:
                 metrics["dist/replica_max_abs_diff"] = replica_diff(self.actor.module)
             metrics.update(self.engine.sync_weights(self.actor.module) or {})  # vLLM: loaded, then verified on a probe
@@ -131,7 +133,8 @@ class Trainer:
 
     def _entropies(self, trajs: list) -> list[float]:
         """Mean token entropy over each trajectory's sampled tokens (for the entropy filter metrics)."""
-        return self.policy.mean_entropies(collate(trajs, self.tokenizer.pad_token_id, [0.0] * len(trajs)).to(self.device))
+        batch = collate(trajs, self.tokenizer.pad_token_id, [0.0] * len(trajs)).to(self.device)
+        return self.policy.mean_entropies(batch)
 
     def _shape(self, kept: list, metrics: dict) -> list[float]:
         """The shapers in order over the kept trajectories' scores; a NaN/inf becomes a neutral 0, counted."""
