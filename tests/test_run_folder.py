@@ -62,3 +62,10 @@ def test_write_atomic_replaces_a_link_instead_of_writing_through_it(tmp_path):
     assert not link.is_symlink() and link.read_text() == "new: file\n"
     assert victim.read_text() == "keep: me\n"
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_resumed_config_sends_no_placeholder_as_a_secret():
+    from ragen.runs.loop import unredact
+
+    saved = {"env": {"options": {"token": REDACTED, "url": "http://x"}, "train": [{"options": {"token": REDACTED}}]}}
+    assert unredact(saved) == {"env": {"options": {"token": "", "url": "http://x"}, "train": [{"options": {"token": ""}}]}}

@@ -17,6 +17,7 @@ from ragen.errors import ConfigError, Interrupted, RagenError
 from ragen.log import configure_logging, log, progress
 from ragen.models import distributed as dp
 from ragen.train import interrupt
+from ragen.train.runlog import REDACTED
 from ragen.train.trainer import Trainer
 
 
@@ -51,9 +52,20 @@ def _run_folder(cfg: RunConfig | None, resume: Path | None) -> tuple[RunConfig, 
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder (no config.yaml)")
-        return config_mod.load_config(run_dir / "config.yaml"), run_dir
+        data = unredact(config_mod.read_file(run_dir / "config.yaml"))
+        return config_mod.load_config(base=data), run_dir
     dp.init_distributed(dp.pick_device(cfg.trainer.device))  # under a launcher every rank must agree on the folder
     return cfg, dp.broadcast_object(new_run_dir(cfg) if dp.is_main() else None)
+
+
+def unredact(data):
+    """A saved config with its redacted secrets emptied, so each one falls back to its environment variable (a remote
+    env's token to ``$RAGEN_ENV_TOKEN``) instead of being sent as the literal placeholder."""
+    if isinstance(data, dict):
+        return {k: ("" if v == REDACTED else unredact(v)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [unredact(v) for v in data]
+    return data
 
 
 def _initial_model(cfg: RunConfig, run_dir: Path, resume: bool) -> tuple[Path | None, dict]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, RagenError
 from ragen.log import log
 from ragen.models import distributed as dp
 
@@ -19,12 +19,16 @@ FINAL = "final"
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """The RNG states as plain values and tensors only, so the checkpoint loads with ``weights_only=True``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)]
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    random.setstate(tuple(state["python"][:1]) + (tuple(state["python"][1]),) + tuple(state["python"][2:]))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
 
 
@@ -52,9 +56,34 @@ def _prune(ckpt: Path, keep: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+class WeightsOnly:
+    """A DeepSpeed checkpoint engine whose ``load`` unpickles nothing but tensors and plain values
+    (``torch.load(weights_only=True)``): a crafted checkpoint file in a copied run folder cannot run code
+    (docs/security.md). Everything else is the wrapped engine's."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def load(self, path: str, map_location=None):
+        import pickle
+
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RagenError(f"--resume: {path} holds more than weights and was not loaded (a run folder is data: "
+                             f"docs/security.md): {first}") from None
+
+
 def load(run_dir: Path, actor, critic) -> dict:
-    """Load the newest tag into the actor (and critic); returns the client state saved with it."""
+    """Load the newest tag into the actor (and critic), weights only; returns the client state saved with it."""
     ckpt = Path(run_dir) / CHECKPOINTS
+    for engine in (actor, critic):
+        if engine is not None and not isinstance(engine.checkpoint_engine, WeightsOnly):
+            engine.checkpoint_engine = WeightsOnly(engine.checkpoint_engine)
     path, state = actor.load_checkpoint(str(ckpt / "actor"))
     if path is None:
         raise ConfigError(f"--resume: no checkpoint under {ckpt}")
