@@ -84,3 +84,26 @@ def test_a_run_with_a_broken_estimator_ends_in_one_line(broken, tmp_path):
     assert last.startswith("Error: estimator 'bad-shape' of ragen-brokencomponents broke its contract: advantages has "
                            "shape"), last
     assert "Traceback" not in res.output
+
+
+class _Talkative:
+    @hookimpl
+    def register_reward_shapers(self, register):
+        def make(config):
+            def shape(inp):
+                inp.metrics["clipped"] = float(sum(s > 1 for s in inp.scores))
+                return [min(s, 1.0) for s in inp.scores]
+            return shape
+
+        register("clip-one", make)
+
+
+def test_a_component_reports_its_own_metrics(fresh_plugins):
+    register_plugin(_Talkative(), "talkative", dist="ragen-talkative")
+    try:
+        logged = {}
+        out = boundary.call_shaper(make_component("shaper", "clip-one"), logged, scores=[0.5, 2.0, 3.0],
+                                   group_ids=[0, 0, 1])
+        assert out == [0.5, 1.0, 1.0] and logged == {"shaper/clip-one/clipped": 2.0}
+    finally:
+        unregister_plugin("talkative")

@@ -81,6 +81,9 @@ class AdvantageInput:
                                     "last turn (T = the most turns in the batch).")
     kl_rewards: Any = option(None, "float32 tensor [N, L]: the KL-in-reward part of token_rewards (0 without KL in the "
                                    "reward), for turn-level estimators that place rewards themselves.")
+    metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "
+                                             "trainer logs them with the step as 'estimator/<name>/<key>' in metrics.jsonl "
+                                             "(finite numbers only; a component's breach is one line).")
 
 
 @attrs.frozen
@@ -106,6 +109,9 @@ class FilterInput:
     lengths: Sequence[int] = option((), "list[int]: sampled (trained) tokens of each trajectory, Σ loss_mask.")
     entropies: Sequence[float] | None = option(None, "list[float] | None: the mean token entropy of each trajectory, "
                                                      "computed only when the filter callable has needs_entropy = True.")
+    metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "
+                                             "trainer logs them with the step as 'filter/<name>/<key>' in metrics.jsonl "
+                                             "(finite numbers only; a component's breach is one line).")
 
 
 @attrs.frozen
@@ -118,6 +124,9 @@ class ShapeInput:
     env_names: Sequence[str] = option((), "list[str]: the env variant of each trajectory, e.g. 'sokoban'.")
     trajectories: Sequence[Any] = option((), "list[ragen.Trajectory]: the episodes themselves: turns (ragen.TurnRecord: "
                                              "texts, parsed answers, actions, rewards, penalties), token ids, success.")
+    metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "
+                                             "trainer logs them with the step as 'shaper/<name>/<key>' in metrics.jsonl "
+                                             "(finite numbers only; a component's breach is one line).")
 
 
 @attrs.frozen

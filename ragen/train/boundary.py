@@ -15,20 +15,38 @@ from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, FilterInpu
 from ragen.errors import PluginError
 
 
-def call_filter(component: Any, **inputs: Any) -> FilterResult:
-    """``component(FilterInput(**inputs))``, checked."""
-    return filter_result(component, component(FilterInput(**inputs)), inputs["group_ids"])
+def call_filter(component: Any, into: dict | None = None, **inputs: Any) -> FilterResult:
+    """``component(FilterInput(**inputs))``, checked; the metrics it wrote into its input go to ``into``."""
+    inp = FilterInput(**inputs)
+    result = filter_result(component, component(inp), inputs["group_ids"])
+    own_metrics(component, inp.metrics, into)
+    return result
 
 
-def call_shaper(component: Any, **inputs: Any) -> list[float]:
+def call_shaper(component: Any, into: dict | None = None, **inputs: Any) -> list[float]:
     """``component(ShapeInput(**inputs))``: one score per trajectory, checked."""
-    return shaped_scores(component, component(ShapeInput(**inputs)), len(inputs["scores"]))
+    inp = ShapeInput(**inputs)
+    scores = shaped_scores(component, component(inp), len(inputs["scores"]))
+    own_metrics(component, inp.metrics, into)
+    return scores
 
 
-def call_estimator(component: Any, needs_returns: bool, **inputs: Any) -> AdvantageOutput:
+def call_estimator(component: Any, needs_returns: bool, into: dict | None = None, **inputs: Any) -> AdvantageOutput:
     """``component(AdvantageInput(**inputs))``: ``[N, L]`` advantages (and returns for a critic), checked."""
-    shape = tuple(inputs["mask"].shape)
-    return advantages(component, component(AdvantageInput(**inputs)), shape, needs_returns)
+    inp = AdvantageInput(**inputs)
+    out = advantages(component, component(inp), tuple(inputs["mask"].shape), needs_returns)
+    own_metrics(component, inp.metrics, into)
+    return out
+
+
+def own_metrics(component: Any, metrics: dict, into: dict | None) -> None:
+    """The numbers a component wrote into its input's ``metrics``, checked and logged as ``<kind>/<name>/<key>``."""
+    if not metrics:
+        return
+    _finite_metrics(component, metrics)
+    if into is not None:
+        key = getattr(component, "component_key", None) or f"component/{who(component)}"
+        into.update({f"{key}/{k}": float(v) for k, v in metrics.items()})
 
 
 def who(component: Any) -> str:

@@ -118,7 +118,7 @@ class Trainer:
         entropies = self._entropies(trajs) if any(getattr(f, "needs_entropy", False) for f in self.filters) else None
         for i, filt in enumerate(self.filters):
             idx = [j for j, t in enumerate(trajs) if t.group_id in keep]
-            res = boundary.call_filter(filt, raw_rewards=[trajs[j].score for j in idx],
+            res = boundary.call_filter(filt, metrics, raw_rewards=[trajs[j].score for j in idx],
                                        group_ids=[trajs[j].group_id for j in idx],
                                        successes=[trajs[j].success for j in idx],
                                        lengths=[trajs[j].response_length for j in idx],
@@ -141,7 +141,7 @@ class Trainer:
         """The shapers in order over the kept trajectories' scores; a NaN/inf becomes a neutral 0, counted."""
         scores = [t.score for t in kept]
         for shape in self.shapers:
-            scores = boundary.call_shaper(shape, scores=scores, group_ids=[t.group_id for t in kept],
+            scores = boundary.call_shaper(shape, metrics, scores=scores, group_ids=[t.group_id for t in kept],
                                           env_names=[t.env_name for t in kept], trajectories=kept)
         scores, bad = finite_scores(scores)  # counted with the env's own non-finite rewards
         metrics["rollout/nonfinite_rewards"] = metrics.get("rollout/nonfinite_rewards", 0.0) + bad
@@ -151,7 +151,7 @@ class Trainer:
         """The estimator's advantages (scaled by ``filter_loss_scaling``), and with a critic its values and returns."""
         p = self.preset
         values = self.policy.values(batch) if self.critic is not None else None
-        out = boundary.call_estimator(self.estimator, values is not None, token_rewards=batch.token_rewards,
+        out = boundary.call_estimator(self.estimator, values is not None, metrics, token_rewards=batch.token_rewards,
                                       mask=batch.loss_mask, scores=batch.scores, group_ids=batch.group_ids, values=values,
                                       turn_ids=batch.turn_ids, turn_scores=batch.turn_scores, kl_rewards=batch.kl_rewards)
         scale = {"none": 1.0, "linear": kept_ratio, "sqrt": kept_ratio ** 0.5}[p.filter_loss_scaling]
