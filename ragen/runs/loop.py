@@ -133,6 +133,8 @@ def run_steps(trainer: Trainer) -> None:
                 trainer.save_checkpoint()
         if trainer.saved_step != trainer.step_idx:
             trainer.save_checkpoint()
+        if trainer.interrupted:
+            interrupt.saved()
     finally:
         bar.close()
 
