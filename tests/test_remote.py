@@ -168,6 +168,58 @@ def test_abandoned_episodes_are_closed_after_the_timeout():
         s.stop()
 
 
+class PeakConnections:
+    """The most HTTP connections a served env held open at once, sampled every 5 ms while the block runs."""
+
+    def __init__(self, served):
+        self.served, self.peak, self._stop = served, 0, threading.Event()
+
+    def now(self):
+        return len(self.served.server.active_channels)
+
+    def __enter__(self):
+        def watch():
+            while not self._stop.wait(0.005):
+                self.peak = max(self.peak, self.now())
+
+        self._thread = threading.Thread(target=watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def settle(self, expected=0, within_s=10.0):
+        """Wait (bounded) until the server has seen the clients close their connections; the count then."""
+        deadline = time.monotonic() + within_s
+        while self.now() > expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.now()
+
+
+def test_remote_envs_share_one_bounded_connection_pool():
+    """150 open remote episodes (more than waitress's 100-connection limit) over a pool of at most 8 connections;
+    closing the envs closes the connections (issue 26: one session per env exhausted the server)."""
+    s = Served()
+    try:
+        with PeakConnections(s) as conns:
+            envs = [ragen.make_env("remote", url=s.url, timeout_s=10) for _ in range(150)]
+            try:
+                for i, env in enumerate(envs):
+                    env.reset(seed=i)
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(lambda e: e.step("Left"), envs))
+            finally:
+                for env in envs:
+                    env.close()
+        assert 1 <= conns.peak <= 8, conns.peak
+        assert conns.settle(0) == 0
+        assert _post(s.url, "/health", method="GET").json()["episodes"] == 0
+    finally:
+        s.stop()
+
+
 def test_unreachable_server_is_one_config_error():
     with pytest.raises(ragen.ConfigError, match="env.options.url: cannot use the env server"):
         ragen.make_env("remote", url="http://127.0.0.1:9")
