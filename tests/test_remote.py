@@ -313,6 +313,30 @@ def test_cli_train_against_a_served_env_and_check_env(tmp_path):
 
 
 @pytest.mark.slow
+def test_cli_run_remote_with_the_default_model_and_warm_start(tmp_path):
+    """`ragen run --env remote` as issue 26 ran it: the default (built-in) model, so a warm start whose expert demos open
+    one remote env per episode. The server accepts 4 connections (waitress's 100, scaled down): one connection per
+    env stalled it; the shared pool keeps to one."""
+    s = Served("sokoban", connection_limit=6)  # waitress counts its listener and trigger: 4 client connections
+    try:
+        with PeakConnections(s) as conns:
+            r = subprocess.run(
+                [sys.executable, "-m", "ragen", "run", "--env", "remote", f"env.options.url={s.url}", "env.options.timeout_s=20",
+                 "warmstart.episodes=12", "warmstart.epochs=1", "trainer.steps=1", "rollout.n_groups=2",
+                 "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=16", "trainer.test_freq=0",
+                 "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"],
+                capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if x]
+        assert rows[-1]["step"] == 1 and rows[-1]["rollout/failed_envs"] == 0
+        assert json.loads((tmp_path / "r" / "model-source" / "warmstart" / "warmstart.json").read_text())["metrics"]["sft/demos"] == 12
+        assert 1 <= conns.peak <= 4, conns.peak
+        assert conns.settle(0) == 0
+    finally:
+        s.stop()
+
+
+@pytest.mark.slow
 def test_cli_run_reports_episodes_lost_when_the_server_dies(tmp_path):
     proc, url = _serve(ENV, "--port", "0")
     run = subprocess.Popen(

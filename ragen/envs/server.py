@@ -329,7 +329,8 @@ def _read_json(environ: dict) -> Any:
 
 
 def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                threads: int = 16, episode_timeout_s: float = 600.0, max_episodes: int = 1024) -> Any:
+                threads: int = 16, episode_timeout_s: float = 600.0, max_episodes: int = 1024,
+                connection_limit: int = 100) -> Any:
     """A waitress server (not yet running) serving env ``name``; ``server.table`` is its ``EpisodeTable``."""
     import waitress
 
@@ -340,6 +341,7 @@ def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int 
     try:
         server = waitress.create_server(wsgi_app(table, token), host=host, port=port, threads=threads,
                                         max_request_body_size=MAX_BODY, channel_timeout=max(60, episode_timeout_s),
+                                        connection_limit=connection_limit,
                                         ident="ragen-env", expose_tracebacks=False)
     except OSError as exc:
         table.close()
