@@ -24,9 +24,10 @@ ENV = "frozenlake"
 
 
 class Served:
-    """A waitress server for ENV on a free loopback port, run in a thread; ``stop()`` closes its socket."""
+    """A waitress server for ENV on a free loopback port, run in a thread; ``stop()`` closes it and its workers."""
 
     def __init__(self, name=ENV, options=None, **kw):
+        kw.setdefault("workers", 1)  # one worker process starts fastest; the pool's own tests ask for more
         self.server = make_server(name, dict(options or {}), host="127.0.0.1", port=0, **kw)
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -11,6 +11,7 @@ counts it in ``failed_envs``.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -23,6 +24,8 @@ from ragen.contract.hookspecs import hookimpl
 from ragen.errors import ConfigError, RemoteEnvError
 
 TOKEN_ENV = "RAGEN_ENV_TOKEN"
+#: this process's id for the server's per-client cap (``X-Ragen-Client``): every remote env of a trainer is one client
+CLIENT_ID = f"{os.getpid()}-{secrets.token_hex(4)}"
 BUDGET_KEYS = ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "max_tokens", "response_length")
 
 
@@ -122,6 +125,7 @@ class HttpTransport:
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.trust_env = not is_loopback(parsed.hostname or "")  # never proxy loopback traffic
+        self.session.headers["X-Ragen-Client"] = CLIENT_ID
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
         self._closed = False

@@ -155,6 +155,7 @@ class LeanEnv(Env):
     config_cls = LeanConfig
     name = "lean"
     procedural = False  # data-backed: initial states come from a list
+    episode_weight = attrs.evolve(Env.episode_weight, processes=1, memory_mb=280, max_open=32)  # coqtop: ~265 MB each
     config: LeanConfig
 
     def __init__(self, config: LeanConfig | None = None, render_mode: str | None = "ansi"):
