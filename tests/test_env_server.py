@@ -154,7 +154,12 @@ def test_serve_env_cli_token_rules():
 
 # ---- episodes charged by weight -------------------------------------------------------------------------------
 def test_heavy_env_caps_open_episodes_per_server_and_per_client():
-    table = EpisodeTable(HeavyLake(), min_free_mb=0)
+    from ragen.envs.server import client_cap, open_cap
+
+    heavy, light = EpisodeWeight(processes=1, memory_mb=100, max_open=4), EpisodeWeight()
+    assert (open_cap(heavy, 1024), client_cap(heavy, 1024), client_cap(heavy, 2)) == (4, 2, 1)
+    assert (open_cap(light, 1024), client_cap(light, 1024)) == (1024, 1024)
+    table = EpisodeTable(HeavyLake(), min_free_mb=0, max_client_episodes=client_cap(heavy, 1024))
     try:
         assert (table.max_open, table.max_client, table.timeout_s) == (4, 2, 120.0)
         reset = lambda client: table.dispatch("POST", "/episodes", {"seed": 1}, client=client)  # noqa: E731

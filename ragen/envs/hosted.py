@@ -272,11 +272,11 @@ class Worker:
 
     def ready(self) -> dict:
         """Wait for the worker's first env; its ``/info``. A worker that cannot build the env is a config error."""
-        if not self.conn.poll(WORKER_START_S):
-            raise ConfigError(f"env worker process {self.proc.pid}: no env within {WORKER_START_S:g} s")
         try:
+            if not self.conn.poll(WORKER_START_S):
+                raise ConfigError(f"env worker process {self.proc.pid}: no env within {WORKER_START_S:g} s")
             answer = self.conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # it died, or the server closed while it started
             raise ConfigError(f"env worker process {self.proc.pid} died at start (exit code {self.proc.exitcode})") from None
         if answer[0] != "ok":
             raise ConfigError(answer[3])
@@ -370,7 +370,7 @@ class WorkerHost:
             for w in starting:
                 w.close()
             raise
-        self.workers = [starting[0]]
+        self.workers, self._starting = [starting[0]], starting[1:]
         self._all_ready = threading.Event()
         threading.Thread(target=self._join, args=(starting[1:],), name="ragen-env-workers", daemon=True).start()
 
@@ -379,10 +379,14 @@ class WorkerHost:
             try:
                 w.ready()
             except ConfigError as exc:
-                log.warning("env_worker_failed", error=str(exc))
+                if not self._closed:
+                    log.warning("env_worker_failed", error=str(exc))
                 w.close()
+                with self._lock:
+                    self._starting.remove(w)
                 continue
             with self._lock:
+                self._starting.remove(w)
                 if self._closed:
                     w.close()
                     continue
@@ -415,7 +419,7 @@ class WorkerHost:
             if worker.idle:
                 return worker.idle.pop()
             evict = None
-            if self.max_instances is not None and self.instances() >= self.max_instances:
+            if self.max_instances is not None and self.instances() > self.max_instances:  # the new one counted
                 idle = [e for w in self.workers for e in w.idle]
                 if idle:
                     evict = min(idle, key=lambda e: e.idle_since)
@@ -460,7 +464,7 @@ class WorkerHost:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            workers = list(self.workers)
+            workers = list(self.workers) + list(self._starting)
         for w in workers:  # every pipe first: the workers wind down side by side
             w.dead = True
             with contextlib.suppress(OSError):

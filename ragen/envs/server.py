@@ -81,6 +81,18 @@ def default_memory_reserve_mb() -> float:
     return max(1024.0, 0.1 * (total_memory_mb() or 0.0))
 
 
+def open_cap(weight: EpisodeWeight, max_episodes: int) -> int:
+    """Open episodes at most: the server's ``max_episodes``, or the env's declared ``max_open`` if lower."""
+    return min(int(max_episodes), weight.max_open or int(max_episodes))
+
+
+def client_cap(weight: EpisodeWeight, max_episodes: int) -> int:
+    """The default per-client cap: every episode for a light env, half of them for a heavy one (another client
+    always finds room)."""
+    cap = open_cap(weight, max_episodes)
+    return max(1, cap // 2) if weight.heavy else cap
+
+
 @attrs.define(eq=False)
 class _Episode:
     env: Any  #: a LocalEnv or WorkerEnv (ragen.envs.hosted)
@@ -94,10 +106,11 @@ class EpisodeTable:
 
     ``factory`` builds one env. With ``workers`` > 0 an env not declared concurrency-safe lives in that many worker
     processes (``factory`` must then pickle, e.g. ``EnvFactory``); otherwise instances live in this process (one lock
-    around a non-concurrent env's calls). An env's ``episode_weight`` sets the defaults of the caps: open episodes at
-    most ``min(max_episodes, weight.max_open)``, per client all of them (half for a heavy env), idle time-out 600 s
-    (120 s for a heavy env), and a heavy env's new episode needs ``weight.memory_mb`` available above
-    ``min_free_mb`` (10 % of the host, >= 1 GiB; 0 turns the check off).
+    around a non-concurrent env's calls). An env's ``episode_weight`` sets the defaults: open episodes at most
+    ``min(max_episodes, weight.max_open)``, idle time-out 600 s (120 s for a heavy env), and a heavy env's new episode
+    needs ``weight.memory_mb`` available above ``min_free_mb`` (10 % of the host, >= 1 GiB; 0 turns the check off).
+    ``max_client_episodes`` (None: no cap of its own) caps the episodes one ``client`` of ``dispatch`` holds;
+    ``make_server`` sets it to half of the cap for a heavy env (``client_cap``).
     """
 
     def __init__(self, factory: Callable[[], Env], *, episode_timeout_s: float | None = None, max_episodes: int = 1024,
@@ -106,7 +119,7 @@ class EpisodeTable:
         if probe is None:
             probe = factory()  # fails here, before serving, when the env or its options are wrong
         self.weight = weight_of(type(probe))
-        self.max_open = min(int(max_episodes), self.weight.max_open or int(max_episodes))
+        self.max_open = open_cap(self.weight, max_episodes)
         if getattr(type(probe), "concurrency", "none") == "none" and workers > 0:
             probe.close()  # its instances live in the workers
             self.host: Any = WorkerHost(factory, workers, max_idle=max_idle_envs,
@@ -117,8 +130,7 @@ class EpisodeTable:
         heavy = self.weight.heavy
         self.timeout_s = float(episode_timeout_s if episode_timeout_s is not None
                                else HEAVY_EPISODE_TIMEOUT_S if heavy else EPISODE_TIMEOUT_S)
-        self.max_client = int(max_client_episodes if max_client_episodes is not None
-                              else max(1, self.max_open // 2) if heavy else self.max_open)
+        self.max_client = int(max_client_episodes) if max_client_episodes is not None else self.max_open
         self.min_free_mb = float(min_free_mb if min_free_mb is not None else default_memory_reserve_mb())
         self._memory = memory
         self._episodes: dict[str, _Episode] = {}
@@ -168,7 +180,7 @@ class EpisodeTable:
         with self._lock:
             opening = sum(self._opening.values())
             if len(self._episodes) + opening >= self.max_open:
-                cap = "the env's cap (episode_weight.max_open)" if self.max_open < 1024 and self.weight.max_open == self.max_open else "max_episodes"
+                cap = "the env's episode_weight.max_open" if self.max_open == self.weight.max_open else "max_episodes"
                 raise RequestError(429, "busy", f"{self.max_open} episodes are open ({cap}); close some")
             mine = self._opening.get(client, 0) + sum(e.client == client for e in self._episodes.values())
             if mine >= self.max_client:
@@ -420,7 +432,7 @@ def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int 
 
     The env is built once here (its options checked, its ``episode_weight`` read) before anything else starts;
     ``check_token`` then decides whether a token is required. ``workers``: processes for an env not declared
-    concurrency-safe (``EpisodeTable``)."""
+    concurrency-safe; ``max_client_episodes`` None: ``client_cap``; the other caps: ``EpisodeTable``."""
     import waitress
 
     factory = EnvFactory(name, options)
@@ -435,8 +447,10 @@ def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int 
     except ConfigError:
         probe.close()
         raise
+    weight = weight_of(type(probe))
     table = EpisodeTable(factory, probe=probe, episode_timeout_s=episode_timeout_s, max_episodes=max_episodes,
-                         max_client_episodes=max_client_episodes, min_free_mb=min_free_mb, workers=workers)
+                         max_client_episodes=client_cap(weight, max_episodes) if max_client_episodes is None
+                         else max_client_episodes, min_free_mb=min_free_mb, workers=workers)
     try:
         server = waitress.create_server(wsgi_app(table, token), host=host, port=port, threads=threads,
                                         max_request_body_size=MAX_BODY, channel_timeout=max(60.0, table.timeout_s),
