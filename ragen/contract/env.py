@@ -128,13 +128,13 @@ class Env(gymnasium.Env):
     deterministic: bool = True
     #: False for data-backed envs whose initial states may repeat across seeds
     procedural: bool = True
+    #: what one open episode holds on the machine serving it (``ragen serve-env`` caps and admits episodes by it):
+    #: envs that start a process per instance declare it (``EpisodeWeight``)
+    episode_weight: ClassVar[EpisodeWeight] = EpisodeWeight()
     #: whether separate instances may be stepped at the same time (``rollout.env_workers`` > 1): "none" (stepped one
     #: at a time in the trainer's thread), "thread" (a thread pool: envs that wait on subprocesses or sockets and keep
     #: no module-level state), "process" (each instance in a worker process: CPU-bound Python envs)
     concurrency: ClassVar[str] = "none"
-    #: what one open episode holds on the machine serving it (``ragen serve-env`` caps and admits episodes by it):
-    #: envs that start a process per instance declare it (``EpisodeWeight``)
-    episode_weight: ClassVar[EpisodeWeight] = EpisodeWeight()
 
     action_separator: str | None = "||"
 
