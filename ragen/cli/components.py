@@ -167,29 +167,53 @@ def play(name: str, seed: int, episodes: int, options: tuple[str, ...], format_p
                   parser_options=parser_opts, format_penalty=format_penalty)
 
 
+def _serve_token(token_flag: str | None) -> str | None:
+    """The server's token: from ``$RAGEN_ENV_TOKEN`` only (a command-line token is visible to every user in ``ps``);
+    set but empty is refused, never read as "no token"."""
+    from ragen.envs.remote import TOKEN_ENV
+
+    if token_flag is not None:
+        raise RagenError(f"--token: a token on the command line is visible to every user in `ps`; "
+                         f"put it in ${TOKEN_ENV} instead")
+    token = os.environ.get(TOKEN_ENV)
+    if token is not None and not token.strip():
+        raise RagenError(f"${TOKEN_ENV} is set but empty; set a token (e.g. `export {TOKEN_ENV}=$(openssl rand -hex 16)`) "
+                         "or unset it")
+    return token
+
+
 @cli.command("serve-env")
 @click.argument("name")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told otherwise).")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
-@click.option("--token", default=None, help="Shared token clients must send (default: $RAGEN_ENV_TOKEN, else none).")
+@click.option("--token", hidden=True, default=None, help="Refused: the token comes from $RAGEN_ENV_TOKEN.")
+@click.option("--insecure", is_flag=True, help="Serve without a token where one is required (another host than "
+              "loopback, or an env whose episodes hold a process).")
 @click.option("--threads", default=16, show_default=True, type=click.IntRange(1, 512), help="Requests served at once.")
-@click.option("--episode-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds after which an untouched episode is closed.")
-@click.option("--max-episodes", default=1024, show_default=True, type=click.IntRange(min=1), help="Open episodes at most.")
-def serve_env(name, options, host, port, token, threads, episode_timeout, max_episodes) -> None:
-    """Serve env NAME over HTTP for `ragen run --env remote env.options.url=...` (docs/remote-envs.md)."""
-    from ragen.envs.net import is_loopback
-    from ragen.envs.remote import TOKEN_ENV
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(0, 64),
+              help="Processes serving an env not declared concurrency-safe (0: this process, one call at a time).")
+@click.option("--episode-timeout", default=None, type=click.FloatRange(min=0.1),
+              help="Seconds after which an untouched episode is closed  [default: 600; 120 for envs holding a process]")
+@click.option("--max-episodes", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="Open episodes at most (an env holding a process may declare fewer).")
+@click.option("--max-client-episodes", default=None, type=click.IntRange(min=1),
+              help="Open episodes one client may hold  [default: all; half for envs holding a process]")
+@click.option("--min-free-memory", default=None, type=click.FloatRange(min=0),
+              help="MB the host must keep free when an env holding a process opens an episode  [default: 10% of RAM, "
+                   ">= 1024; 0: no check]")
+def serve_env(name, options, host, port, token, insecure, threads, workers, episode_timeout, max_episodes,
+              max_client_episodes, min_free_memory) -> None:
+    """Serve env NAME over HTTP for `ragen run --env remote env.options.url=...` (docs/remote-envs.md).
+
+    The token clients must send comes from $RAGEN_ENV_TOKEN."""
     from ragen.envs.server import make_server
     from ragen.plugins.loader import get_registry
 
     get_registry("env").get(name)  # unknown names fail here with a did-you-mean
-    token = token or os.environ.get(TOKEN_ENV) or None
-    if not is_loopback(host) and not token:
-        warnings.warn(f"serving {name} on {host} without a token: anyone who reaches this port can run episodes")
-    server = make_server(name, key_values(options), host=host, port=port, token=token, threads=threads,
-                         episode_timeout_s=episode_timeout, max_episodes=max_episodes)
+    server = make_server(name, key_values(options), host=host, port=port, token=_serve_token(token), insecure=insecure,
+                         threads=threads, workers=workers, episode_timeout_s=episode_timeout, max_episodes=max_episodes,
+                         max_client_episodes=max_client_episodes, min_free_mb=min_free_memory)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving {name} on http://{shown}:{server.effective_port} (Ctrl-C stops)", nl=True)
     sys.stdout.flush()

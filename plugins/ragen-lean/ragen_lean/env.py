@@ -176,6 +176,7 @@ class LeanEnv(Env):
     reset_options = ("task_index",)
     name = "lean"
     procedural = False  # data-backed: initial states come from a list
+    episode_weight = attrs.evolve(Env.episode_weight, processes=1, memory_mb=280, max_open=32)  # coqtop: ~265 MB each
     config: LeanConfig
 
     def __init__(self, config: LeanConfig | None = None, render_mode: str | None = "ansi"):
