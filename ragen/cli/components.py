@@ -202,15 +202,23 @@ def _serve_token(token_flag: str | None) -> str | None:
 @click.option("--min-free-memory", default=None, type=click.FloatRange(min=0),
               help="MB the host must keep free when an env holding a process opens an episode  [default: 10% of RAM, "
                    ">= 1024; 0: no check]")
+@click.option("--protocol", type=click.Choice(["ragen", "openenv"]), default="ragen", show_default=True,
+              help="ragen's own (the `remote` env) or OpenEnv's (any OpenEnv client; needs ragen[openenv]; "
+                   "docs/openenv.md).")
 def serve_env(name, options, host, port, token, insecure, threads, workers, episode_timeout, max_episodes,
-              max_client_episodes, min_free_memory) -> None:
-    """Serve env NAME over HTTP for `ragen run --env remote env.options.url=...` (docs/remote-envs.md).
+              max_client_episodes, min_free_memory, protocol) -> None:
+    """Serve env NAME over HTTP for `ragen run --env remote env.options.url=...` (docs/remote-envs.md), or with
+    OpenEnv's protocol for any OpenEnv client (--protocol openenv, docs/openenv.md).
 
     The token clients must send comes from $RAGEN_ENV_TOKEN."""
     from ragen.envs.server import make_server
     from ragen.plugins.loader import get_registry
 
     get_registry("env").get(name)  # unknown names fail here with a did-you-mean
+    if protocol == "openenv":
+        _serve_openenv(name, key_values(options), host, port, _serve_token(token), insecure, max_episodes,
+                       episode_timeout)
+        return
     server = make_server(name, key_values(options), host=host, port=port, token=_serve_token(token), insecure=insecure,
                          threads=threads, workers=workers, episode_timeout_s=episode_timeout, max_episodes=max_episodes,
                          max_client_episodes=max_client_episodes, min_free_mb=min_free_memory)
@@ -224,6 +232,33 @@ def serve_env(name, options, host, port, token, insecure, threads, workers, epis
     finally:
         server.close()
         server.table.close()
+
+
+def _serve_openenv(name: str, options: dict, host: str, port: int, token: str | None, insecure: bool,
+                   max_episodes: int, episode_timeout: float | None) -> None:
+    """``serve-env --protocol openenv``: OpenEnv's own ``create_app`` around the env, with this server's token policy
+    (loopback unless told otherwise; a token where one is needed, ``--insecure`` to override) and episode cap."""
+    from ragen.envs.hosted import weight_of
+    from ragen.envs.server import check_token
+    from ragen.plugins.components import make_env
+
+    probe = make_env(name, **options)  # wrong options fail here, before anything listens
+    try:
+        weight = weight_of(type(probe))
+        token = check_token(token, name=name, host=host, weight=weight, insecure=insecure)
+    finally:
+        probe.close()
+    timeout = episode_timeout if episode_timeout is not None else (120.0 if weight.processes > 0 else 600.0)
+    from ragen.envs.openenv_server import make_openenv_server  # the optional extra: its one-line error names it
+
+    server = make_openenv_server(name, options, host=host, port=port, token=token,
+                                 max_sessions=min(max_episodes, weight.max_open or max_episodes), episode_timeout_s=timeout)
+    click.echo(f"serving {name} (OpenEnv protocol) on {server.url} (Ctrl-C stops)")
+    sys.stdout.flush()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
 
 
 @cli.command("new-env")
