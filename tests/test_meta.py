@@ -28,7 +28,7 @@ def test_hook_has_docs_section(hook):
 @pytest.mark.parametrize("hook", HOOKS)
 def test_hook_has_test(hook):
     names = set()
-    for path in (ROOT / "tests").glob("test_*.py"):
+    for path in (ROOT / "tests").rglob("test_*.py"):
         names |= {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
     assert f"test_hook_{hook}" in names, f"no test_hook_{hook} in tests/"
 

@@ -8,7 +8,7 @@ turns applied in a thread pool; "process" envs live in ``env_workers`` worker pr
 
 Results do not depend on the pool: each job touches only its own episode (its env, its context, its record), the
 caller collects the outcomes in slot order, and envs seed their own RNGs per episode (never a shared global one),
-so ``env_workers=1`` and ``env_workers=8`` give identical trajectories (tests/test_stepping.py).
+so ``env_workers=1`` and ``env_workers=8`` give identical trajectories (tests/rollout/test_stepping.py).
 
 ``submit`` returns at once, so the caller can generate for other groups while these turns run (the first step of
 async rollout, docs/async-rollout.md).

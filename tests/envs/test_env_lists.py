@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 import ragen
-import test_rollout as tr
+from rollout import test_runner as tr
 from conftest import ragen_cmd
 from ragen.config import load_config
 from ragen.envs.env_lists import apportion, check_plan, env_names, train_plan, val_plan
@@ -20,7 +20,7 @@ from ragen.errors import ConfigError
 from ragen.rollout import HFEngine, Rollout
 
 tiny, fmt = tr.tiny, tr.fmt
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["model.name=tiny", "warmstart.mode=never", "collapse.enabled=false", "logging.progress=false"]
 
 
@@ -100,7 +100,7 @@ def test_train_groups_never_mix_envs_and_metrics_are_per_env(tiny):
 def test_mixed_sokoban_frozenlake_batch_is_token_exact(tiny, fmt, window):
     if not {"sokoban", "frozenlake"} <= {c.name for c in ragen.list_envs()}:
         pytest.skip("sokoban and frozenlake plugins are not installed")
-    import test_history_window as hw
+    from rollout import test_context_window as hw
 
     model, tok = tiny
     engine = tr.Recording(HFEngine(tr.eos_biased(model, fmt.eos_id), tok))

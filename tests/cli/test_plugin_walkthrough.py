@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from conftest import ROOT, TINY
-from test_entry_points import pip_install_target
+from plugins.test_entry_points import pip_install_target
 
 DOC = ROOT / "docs" / "writing-plugins.md"
 #: a fenced block whose first line names the file it is: "# ragen_corridor/env.py", "# pyproject.toml"

@@ -13,7 +13,7 @@ pytestmark = [
 
 
 def test_smollm2_rollout_is_token_exact(tmp_path):
-    from test_rollout import Recording, assert_token_exact
+    from rollout.test_runner import Recording, assert_token_exact
 
     from ragen.models.load import load_model_and_tokenizer
     from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout

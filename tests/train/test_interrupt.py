@@ -59,7 +59,7 @@ def test_ctrl_c_during_step_2_checkpoints_step_2_and_the_run_resumes(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints" / "actor").glob("step*")) == ["step3", "step4"]
 
 
-HOOKS = str(Path(__file__).parent / "interrupt")  # test-only sitecustomize: a slow step, a lingering exit
+HOOKS = str(Path(__file__).parents[1] / "interrupt")  # test-only sitecustomize: a slow step, a lingering exit
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path):

@@ -202,7 +202,7 @@ def _assert_same_weights(a: dict, b: dict) -> None:
 def test_thread_policy(monkeypatch):
     from ragen.models.distributed import default_threads, set_threads
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the user's setting wins: tests/test_threads.py
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the user's setting wins: tests/models/test_threads.py
     before = torch.get_num_threads()
     try:
         assert set_threads(1) == 1 and torch.get_num_threads() == 1

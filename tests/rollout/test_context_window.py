@@ -4,7 +4,7 @@ packs each windowed prompt with its response, and training sees exactly what the
 import pytest
 import torch
 
-import test_rollout as tr
+from rollout import test_runner as tr
 from ragen.train.batch import collate, model_attention
 from ragen.envs.prompt import system_prompt
 from ragen.rollout import EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout

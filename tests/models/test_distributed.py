@@ -10,7 +10,7 @@ import torch
 
 from conftest import TINY, ragen_cmd
 
-INTERRUPT = Path(__file__).parent / "interrupt"  #: a sitecustomize that stops every rank at a chosen step
+INTERRUPT = Path(__file__).parents[1] / "interrupt"  #: a sitecustomize that stops every rank at a chosen step
 
 COMMON = [*TINY, "env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=3", "rollout.group_size=2",
           "rollout.n_val_groups=3", "trainer.micro_batch_size=2", "logging.progress=false", "logging.name=r"]
