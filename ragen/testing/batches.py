@@ -120,8 +120,8 @@ def advantage_input(trajs: Sequence[Trajectory], *, placement: str = "trajectory
         token_rewards = token_rewards + kl_rewards
     values = torch.randn(token_rewards.shape, generator=gen) * 0.5 if critic else None
     return AdvantageInput(token_rewards=token_rewards, mask=batch.loss_mask, scores=batch.scores,
-                          group_ids=batch.group_ids, values=values, turn_ids=batch.extra["turn_ids"],
-                          turn_scores=batch.extra["turn_scores"], kl_rewards=kl_rewards)
+                          group_ids=batch.group_ids, values=values, turn_ids=batch.turn_ids,
+                          turn_scores=batch.turn_scores, kl_rewards=kl_rewards)
 
 
 def reordered(inp, order: Sequence[int]):
@@ -129,8 +129,8 @@ def reordered(inp, order: Sequence[int]):
     changes = {}
     for field in attrs.fields(type(inp)):
         value = getattr(inp, field.name)
-        if value is None or (isinstance(value, Sequence) and not value):
-            continue
+        if value is None or isinstance(value, dict) or (isinstance(value, Sequence) and not value):
+            continue  # None, the component's own metrics dict, or an empty field: nothing to reorder
         if hasattr(value, "shape"):  # a tensor: rows are trajectories
             import torch
 

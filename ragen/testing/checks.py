@@ -174,6 +174,8 @@ def _snapshot(inp: Any) -> Any:
     """A deep, comparable copy of a component input (tensors cloned, trajectories as dicts)."""
     out = {}
     for field in attrs.fields(type(inp)):
+        if field.name == "metrics":  # the one field a component may write: its own numbers
+            continue
         value = getattr(inp, field.name)
         if hasattr(value, "clone"):
             out[field.name] = value.clone()
