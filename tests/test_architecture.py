@@ -181,3 +181,15 @@ def test_the_checker_finds_back_edges(tmp_path):
     assert len(bad) == 2
     assert any("ragen.rollout.runner (rollout" in b and "ragen.train.losses" in b for b in bad)
     assert any("contract imports only" in b for b in bad)
+
+
+def test_the_trainer_stays_one_screen_of_phases():
+    """The step reads top to bottom (docs/architecture.md): building, log-probs, the update and checkpoints live in
+    their own modules, so the Trainer class and its step stay short and the step's module imports few others."""
+    path = CORE / "train" / "trainer.py"
+    tree = ast.parse(path.read_text())
+    [trainer] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer"]
+    [step] = [n for n in trainer.body if isinstance(n, ast.FunctionDef) and n.name == "step"]
+    assert trainer.end_lineno - trainer.lineno + 1 <= 250
+    assert step.end_lineno - step.lineno + 1 <= 70
+    assert len(graph(CORE)["ragen.train.trainer"]) <= 10, sorted(graph(CORE)["ragen.train.trainer"])
