@@ -134,6 +134,10 @@ class ShapeOutput:
     turn_scores: Sequence[Sequence[float]] = option(doc="list[list[float]]: the new reward of each turn of each "
                                                         "trajectory (same shape as ShapeInput.turn_scores).")
 
+    def __iter__(self):
+        # a caller that reads a shaper's output as a list of scores would silently drop the turn credit
+        raise TypeError("a ShapeOutput is not a list of scores: read .scores and .turn_scores (docs/plugin-hooks.md)")
+
 
 @attrs.frozen
 class FilterResult:
