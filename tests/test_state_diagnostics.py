@@ -209,3 +209,83 @@ def test_episode_asks_the_potential_once_per_turn_boundary():
     ep.step_turn(None)  # malformed: nothing runs
     ep.step_turn("Up")
     assert len(calls) == 2
+
+
+# ---- ragen eval, the run summary, ragen report --------------------------------------------------------------------
+
+
+def test_eval_reports_the_same_state_metrics(tok, tmp_path, monkeypatch):
+    """``ragen eval``'s metrics carry rollout_metrics' state numbers unchanged and print them in one line."""
+    from click.testing import CliRunner
+
+    from ragen.cli import cli
+    from ragen.runs import evaluate
+
+    res = play(tok, "sokoban", uniform, n=16)
+    summary = evaluate._summary(res.trajectories, 1, 0)
+    for key in evaluate.STATE_KEYS:
+        assert summary[key] == res.metrics[key]
+    assert summary["levels"] == 16
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **kw: {"env": "sokoban", **summary})
+    out = CliRunner().invoke(cli, ["eval", "--env", "sokoban", "--model", "tiny", "--out", str(tmp_path / "e")])
+    assert out.exit_code == 0, out.output
+    rate, chance = 100 * summary["optimal_action_rate"], 100 * summary["optimal_action_chance"]
+    assert f"sokoban: state dependence: optimal moves {rate:.1f}% (chance on the same states {chance:.1f}%" in out.output
+    assert f"{int(summary['distinct_first_answers'])} distinct first answers over 16 levels" in out.output
+
+
+def test_summary_shows_optimal_moves_before_and_after():
+    import json
+
+    from ragen.runs.summary import format_summary, run_summary
+
+    rows = [{"step": 0, "val/success": 0.25, "val/num_trajectories": 64.0, "val/optimal_action_rate": 0.33,
+             "val/optimal_action_chance": 0.36, "val/distinct_first_answers": 1.0},
+            {"step": 2, "val/success": 0.5, "val/num_trajectories": 64.0, "val/optimal_action_rate": 0.71,
+             "val/optimal_action_chance": 0.3, "val/distinct_first_answers": 12.0}]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        s = run_summary(d)
+    assert s["before"]["optimal_action_rate"] == 0.33 and s["after"]["distinct_first_answers"] == 12.0
+    text = format_summary(s)
+    assert "reads the state before RL: optimal moves 33.0% (chance 36.0%); 1 distinct first answers over 64" in text
+    assert "reads the state after RL : optimal moves 71.0% (chance 30.0%); 12 distinct first answers" in text
+
+
+def test_report_draws_the_state_dependence_of_evals_and_runs(tok, tmp_path):
+    """An eval folder per policy and a training run: the report's table says at a glance which policy reads its
+    state, and the curve panel carries the chance level."""
+    import json
+
+    from ragen.runs import evaluate
+    from ragen.runs.report import build_report
+
+    dirs = []
+    for name, policy in (("expert", expert), ("uniform", uniform), ("fixed", fixed)):
+        res = play(tok, "sokoban", policy, n=32)
+        d = tmp_path / name
+        d.mkdir()
+        (d / "metrics.json").write_text(json.dumps({"env": "sokoban", **evaluate._summary(res.trajectories, 1, 0)}))
+        (d / "trajectories.jsonl").write_text("".join(t.to_json() + "\n" for t in res.trajectories))
+        dirs.append(d)
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "rollout/success": 0.1 * s, "rollout/optimal_action_rate": 0.3 + 0.1 * s,
+             "rollout/optimal_action_chance": 0.3, "val/optimal_action_rate": 0.3 + 0.1 * s,
+             "val/optimal_action_chance": 0.31, "val/judged_actions": 400.0, "val/distinct_first_answers": 1.0 + s}
+            for s in range(4)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = build_report([*dirs, run], tmp_path / "r.html").read_text()
+    table = page[page.index("<table class=state>"):]
+    table = table[:table.index("</table>")]
+    by_run = {row.split("</td>")[0].removeprefix("<td>"): row for row in table.split("<tr>")[2:]}
+    assert "reads the state" in by_run["expert"] and "100.0%" in by_run["expert"]
+    assert "at chance: ignores the state?" in by_run["uniform"]
+    assert "one first answer for every level" in by_run["fixed"]
+    assert "step 3" in by_run["run"] and "60.0%" in by_run["run"] and "reads the state" in by_run["run"]
+    assert "data-metric=state-dependence" in page
+    panel = page[page.index("data-metric='rollout/optimal_action_rate'"):]
+    assert "chance (val/optimal_action_chance)" in panel[:panel.index("</figure>")]

@@ -97,7 +97,7 @@ class Expert:
         or None when unknown (the default) or undefined (no action can still reach the goal). The core calls it
         before each executed action, in the state that action is applied to, to measure whether a policy reads its
         state: ``optimal_action_rate`` (the share of executed actions in this set) beside its chance level
-        ``|set| / |action_names|`` for the same states (docs/metrics.md). None produces no metric, never a 0. It must
+        ``|set| / |action_names|`` for the same states (docs/report.md, "State dependence"). None produces no metric, never a 0. It must
         not change the env or the expert's plan (``next_actions`` may be called right after); cache per state if
         the search is slow: it runs on every executed action of every rollout."""
         return None

@@ -13,7 +13,7 @@ TRUNCATION_REASONS = (None, "max_turns", "budget", "context_overflow", "env")
 
 #: ``TurnRecord.info`` keys the core adds when the env's expert can judge actions (``Expert.optimal_actions``): the
 #: turn's executed actions it judged, those it found optimal, and the sum of the judged states' chance levels
-#: (|optimal| / |action_names|). Absent, not 0, when nothing was judged (docs/metrics.md).
+#: (|optimal| / |action_names|). Absent, not 0, when nothing was judged (docs/report.md, "State dependence").
 ACTIONS_JUDGED, ACTIONS_OPTIMAL, ACTIONS_CHANCE = "actions_judged", "actions_optimal", "actions_chance"
 #: ``TurnRecord.info`` keys of ``Env.potential()`` before the turn's first action and after its last (both or none)
 POTENTIAL_START, POTENTIAL_END = "potential_start", "potential_end"

@@ -399,7 +399,7 @@ def first_answer(traj: Trajectory) -> str | None:
 
 
 def state_dependence(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Whether a policy reads its state (docs/metrics.md): ``optimal_action_rate``, the share of executed actions the
+    """Whether a policy reads its state (docs/report.md, "State dependence"): ``optimal_action_rate``, the share of executed actions the
     env's expert judged optimal in the state they were applied to, beside ``optimal_action_chance``, what a uniformly
     random choice among the action names scores on the same states (both only where the expert could judge: absent,
     not 0, otherwise); and ``distinct_first_answers``, how many different first answers the episodes gave (a policy
