@@ -289,3 +289,20 @@ def test_report_draws_the_state_dependence_of_evals_and_runs(tok, tmp_path):
     assert "data-metric=state-dependence" in page
     panel = page[page.index("data-metric='rollout/optimal_action_rate'"):]
     assert "chance (val/optimal_action_chance)" in panel[:panel.index("</figure>")]
+
+
+def test_check_env_catches_a_judge_or_a_potential_that_lies(monkeypatch):
+    """ragen check-env: the expert's own actions must be judged optimal, Phi must be 0 exactly on solved states."""
+    from ragen.testing import check_env
+    from ragen_frozenlake.env import FrozenLakeEnv, ShortestPathExpert
+
+    [ok] = [c for c in check_env("frozenlake", expert_episodes=5) if c.name == "expert"]
+    assert ok.ok and "judged actions all optimal" in ok.detail and "potential checked" in ok.detail
+    monkeypatch.setattr(ShortestPathExpert, "optimal_actions", lambda self, env: {"Up"})
+    [bad] = [c for c in check_env("frozenlake", expert_episodes=5) if c.name == "expert"]
+    assert not bad.ok and "optimal_actions judged only" in bad.detail
+    monkeypatch.undo()
+    real = FrozenLakeEnv.potential
+    monkeypatch.setattr(FrozenLakeEnv, "potential", lambda self: None if real(self) is None else real(self) - 1.0)
+    [bad] = [c for c in check_env("frozenlake", expert_episodes=5) if c.name == "expert"]
+    assert not bad.ok and "in a solved state" in bad.detail
