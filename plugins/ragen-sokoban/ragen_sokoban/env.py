@@ -242,14 +242,15 @@ class SokobanEnv(Env):
         return self._optimal[state]
 
     def potential(self) -> float | None:
-        """Minus the fewest moves left to solve (0 when solved); an unsolvable state, or one further than the env's
-        own step limit, counts as ``-max_steps``, below every state that can still be solved in time. None for levels
-        too big to search."""
+        """Minus the fewest moves left to solve (0 when solved). An unsolvable state (a deadlocked box), or one that
+        needs more moves than an episode's whole action budget, counts as ``-(action_budget + 1)``: below every state
+        an episode can still solve, and on the scale of the env's rewards (a deadlock is not worth -100 against +10
+        for solving). None for levels too big to search."""
         found = self.optimal_moves() if self.board is not None else None
         if found is None:
             return None
         moves = found[0]
-        cap = self.config.max_steps
+        cap = self.config.action_budget + 1
         return -float(cap if moves is None else min(moves, cap))
 
     def state(self) -> tuple[int, frozenset[int]]:

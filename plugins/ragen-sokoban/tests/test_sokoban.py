@@ -541,7 +541,7 @@ def _brute_force_optimal(env) -> set[str]:
 @pytest.mark.parametrize("name", ["sokoban", "sokoban-large"])
 def test_optimal_actions_are_every_move_that_starts_a_shortest_solution(name):
     """On states along random walks (deadlocks included), the judge's set equals the brute-force definition; the
-    potential is minus the fewest moves left (-max_steps when unsolvable)."""
+    potential is minus the fewest moves left, capped at the episode's action budget + 1 (also when unsolvable)."""
     env = ragen.make_env(name)
     rng = np.random.default_rng(0)
     seen = ties = dead = 0
@@ -553,7 +553,8 @@ def test_optimal_actions_are_every_move_that_starts_a_shortest_solution(name):
             expected, left = _brute_force_optimal(env), _moves_left(env)
             got = env.expert.optimal_actions(env)
             assert got == (expected if left else None), (seed, env.render())
-            assert env.potential() == (-float(left) if left is not None else -float(env.config.max_steps))
+            cap = env.config.action_budget + 1
+            assert env.potential() == -float(cap if left is None else min(left, cap))
             seen, ties, dead = seen + 1, ties + (len(expected) > 1), dead + (left is None)
             env.step(env.action_names[rng.integers(4)])
             if env._done:
