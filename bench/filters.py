@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ragen.config import load_config
 from ragen.runs.sft import run_sft
-from ragen.train.trainer import train
+from ragen.runs.loop import train
 
 ALGOS = ("grpo", "starpo-s", "ppo")
 ENV = "frozenlake-slippery"

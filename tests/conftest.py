@@ -10,7 +10,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # tests never read or fill the user's warm-start cache (~/.cache/ragen); a test that wants one sets its own
 os.environ.setdefault("RAGEN_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="ragen-test-cache-")))
 
-from ragen.testing import TINY, ragen_cmd  # noqa: E402, F401  (the core's tests import them from here)
+from ragen.testing import TINY, ragen_cmd, run_two_steps  # noqa: E402, F401  (the core's tests import them from here)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

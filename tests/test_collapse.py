@@ -431,7 +431,7 @@ def test_collapse_metrics_appear_in_metrics_jsonl_during_a_run(tmp_path):
     import json
 
     from ragen.config import load_config
-    from ragen.train.trainer import train
+    from ragen.runs.loop import train
 
     cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "rollout.engine=expert", "warmstart.noise=0.3",
                                  "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=1",

@@ -19,9 +19,9 @@ SMALL_RUN = [*TINY, "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val
              "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4", "trainer.save_freq=100", "logging.progress=false"]
 
 
-def start(args: list[str], cwd: Path, stderr_file: Path) -> subprocess.Popen:
+def start(args: list[str], cwd: Path, stderr_file: Path, extra_env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(ragen_cmd(*args), cwd=cwd, stdout=subprocess.PIPE, stderr=open(stderr_file, "w"), text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", **(extra_env or {})})
 
 
 def wait_for(condition, proc: subprocess.Popen, timeout: float = 1200) -> None:
@@ -59,10 +59,16 @@ def test_ctrl_c_during_step_2_checkpoints_step_2_and_the_run_resumes(tmp_path):
     assert sorted(p.name for p in (run / "checkpoints" / "actor").glob("step*")) == ["step3", "step4"]
 
 
+HOOKS = str(Path(__file__).parent / "interrupt")  # test-only sitecustomize: a slow step, a lingering exit
+
+
 def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    """Step 2 waits (RAGEN_TEST_SLOW_STEP) so both Ctrl-Cs land inside it on any machine: issue 26 found a fast idle
+    machine finishing the step within the 0.5 s gap."""
     err = tmp_path / "stderr.txt"
     proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=50",
-                  f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err)
+                  f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err,
+                 extra_env={"PYTHONPATH": HOOKS, "RAGEN_TEST_SLOW_STEP": "2"})
     wait_for(lambda: 1 in metric_steps(tmp_path / "r"), proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.5)
@@ -72,6 +78,24 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     assert time.monotonic() - t0 < 30
     assert err.read_text().rstrip().endswith("Aborted.")  # click's words for a KeyboardInterrupt
     assert not (tmp_path / "r" / "checkpoints").exists()  # it did not wait for the step to end
+
+
+def test_a_ctrl_c_after_the_stop_has_saved_ends_cleanly(tmp_path):
+    """Issue 26: a second Ctrl-C reaching a run that has already checkpointed after the first one is acknowledged;
+    the run still ends with its resume line and exit 130, no death by signal, no traceback."""
+    err = tmp_path / "stderr.txt"
+    proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=50",
+                  f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err,
+                 extra_env={"PYTHONPATH": HOOKS, "RAGEN_TEST_SLOW_STEP": "2", "RAGEN_TEST_SLOW_EXIT": "1"})
+    wait_for(lambda: 1 in metric_steps(tmp_path / "r"), proc)
+    proc.send_signal(signal.SIGINT)  # during the slowed step 2: finish it, checkpoint, stop
+    wait_for(lambda: "test: stop saved" in err.read_text(), proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130, err.read_text()[-3000:]
+    stderr = err.read_text()
+    assert "interrupt: already stopping; the work is saved" in stderr and "Traceback" not in stderr
+    assert re.search(r"interrupted after step 2; checkpoint saved, continue with `ragen run --resume .*r`$", stderr.rstrip())
+    assert (tmp_path / "r" / "checkpoints" / "actor" / "step2").is_dir()
 
 
 def test_ctrl_c_during_sft_saves_the_model_so_far(tmp_path):

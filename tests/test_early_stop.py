@@ -54,7 +54,7 @@ def test_rules_switch_off_and_state_round_trips():
 def test_a_run_with_an_always_empty_filter_stops_logs_why_and_checkpoints(tmp_path):
     """An untrained tiny model gets the same format penalty on every trajectory: every group has zero reward std, so
     v2-recommended (include_zero False) keeps nothing; the update is skipped, counted, and the run stops after 2."""
-    from ragen.train.trainer import train
+    from ragen.runs.loop import train
 
     cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "env.options.response_length=8", "env.options.max_turns=1",
                                  "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=1",

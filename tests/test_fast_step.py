@@ -50,11 +50,11 @@ def rollout(trainer):
 def test_reused_old_logprobs_equal_the_recomputed_ones(trainer, rollout):
     assert old_logprobs_reusable(trainer.engine, ppo_epochs=1, tis_cap=0.0) is None  # HF, fp32, 1 epoch, no TIS
     metrics: dict = {}
-    trainer._old_logprobs(rollout, metrics)
+    trainer.policy.old_logprobs(rollout, metrics, trainer.engine)
     assert metrics["rollout/old_logprobs_reused"] == 1.0
-    reused = rollout.extra["old_logprobs"]
+    reused = rollout.old_logprobs
     with torch.no_grad():
-        recomputed, _ = trainer._forward_logprobs(rollout, with_entropy=False)
+        recomputed, _ = trainer.policy.logprobs(rollout, with_entropy=False)
     mask = rollout.loss_mask.bool()
     assert mask.sum() > 20
     assert torch.allclose(reused[mask], recomputed[mask], atol=1e-5, rtol=0), float((reused - recomputed)[mask].abs().max())
@@ -79,23 +79,23 @@ def test_recomputation_where_the_rule_forbids_reuse(trainer, rollout):
 
     # ppo_epochs > 1 in the trainer: the forward pass runs, its result is the old log-probs, the gap is reported
     calls = []
-    real = trainer._forward_logprobs
+    real = trainer.policy.logprobs
 
     def spy(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    trainer.cfg = load_config(overrides=[*SMALL, f"logging.run_dir={trainer.run_dir.parent}", "trainer.ppo_epochs=2"])
-    trainer._forward_logprobs = spy
+    trainer.policy.cfg = load_config(overrides=[*SMALL, f"logging.run_dir={trainer.run_dir.parent}", "trainer.ppo_epochs=2"])
+    trainer.policy.logprobs = spy
     try:
         metrics: dict = {}
-        trainer._old_logprobs(rollout, metrics)
+        trainer.policy.old_logprobs(rollout, metrics, trainer.engine)
     finally:
-        del trainer._forward_logprobs
-        trainer.cfg = load_config(overrides=[*SMALL, f"logging.run_dir={trainer.run_dir.parent}"])
+        del trainer.policy.logprobs
+        trainer.policy.cfg = trainer.cfg
     assert calls and metrics["rollout/old_logprobs_reused"] == 0.0
     assert 0.0 <= metrics["rollout/logprob_abs_diff_max"] < 1e-5 and metrics["actor/entropy"] > 0
-    assert not torch.equal(rollout.extra["old_logprobs"], rollout.rollout_logprobs)  # recomputed, not copied
+    assert not torch.equal(rollout.old_logprobs, rollout.rollout_logprobs)  # recomputed, not copied
 
 
 # ---- acceptance 1b: the sampled-position path gives the full path's loss and gradients ---------------------------
@@ -125,7 +125,7 @@ def test_sampled_position_logprobs_give_the_full_paths_loss_and_gradients(traine
                               with_entropy=True)
 
     def sampled(module, batch):
-        return trainer._forward_logprobs(batch, with_entropy=True)
+        return trainer.policy.logprobs(batch, with_entropy=True)
 
     loss_a, grads_a, lp_a, ent_a = _loss_and_grads(trainer, rollout, full)
     loss_b, grads_b, lp_b, ent_b = _loss_and_grads(trainer, rollout, sampled)
@@ -185,7 +185,7 @@ def test_token_budget_update_matches_row_count_update(tmp_path):
 def _weights_after_one_step(overrides: list[str], run_dir, share_prefix: bool = True) -> dict:
     """The actor's weights after one training step of a fresh Trainer."""
     t = Trainer(load_config(overrides=overrides), run_dir)
-    t.share_prefix = share_prefix
+    t.policy.share_prefix = share_prefix
     try:
         t.step()
         return {k: v.detach().clone() for k, v in t.actor.module.named_parameters()}
@@ -300,7 +300,7 @@ def test_prefix_plan_groups_rows_by_prompt():
 
 def test_micro_batches_keep_a_groups_rows_together(trainer, rollout):
     assert rollout.group_ids.tolist() == [0, 0, 1, 1]
-    assert trainer._micro_batches(rollout, [3, 0, 2, 1]) == [[0, 1], [3, 2]]
+    assert trainer.policy.micro_batches(rollout, [3, 0, 2, 1]) == [[0, 1], [3, 2]]
 
 
 def test_shared_prompt_pass_gives_the_plain_passes_log_probs_and_gradients(trainer, rollout):
@@ -311,11 +311,11 @@ def test_shared_prompt_pass_gives_the_plain_passes_log_probs_and_gradients(train
     assert len(lengths) < len(rollout)  # rows do share prompts
     results = []
     for share in (False, True):
-        trainer.share_prefix = share
+        trainer.policy.share_prefix = share
         try:
-            results.append(_loss_and_grads(trainer, rollout, lambda module, batch: trainer._forward_logprobs(batch, True)))
+            results.append(_loss_and_grads(trainer, rollout, lambda module, batch: trainer.policy.logprobs(batch, True)))
         finally:
-            del trainer.share_prefix  # back to the class default
+            del trainer.policy.share_prefix  # back to the class default
     (loss_a, grads_a, lp_a, ent_a), (loss_b, grads_b, lp_b, ent_b) = results
     assert abs(loss_a - loss_b) < 1e-5
     assert torch.allclose(lp_a, lp_b, atol=1e-5, rtol=0) and torch.allclose(ent_a, ent_b, atol=1e-5, rtol=0)
@@ -340,13 +340,8 @@ def test_trainer_recomputes_for_a_bf16_or_vllm_engine(trainer, rollout):
 
     bf16 = HFEngine(copy.deepcopy(trainer.actor.module).to(torch.bfloat16), trainer.tokenizer)
     vllm = VLLMEngine.__new__(VLLMEngine)
-    real = trainer.engine
     for engine in (bf16, vllm):
-        trainer.engine = engine
-        try:
-            metrics: dict = {}
-            trainer._old_logprobs(rollout, metrics)
-        finally:
-            trainer.engine = real
+        metrics: dict = {}
+        trainer.policy.old_logprobs(rollout, metrics, engine)
         assert metrics["rollout/old_logprobs_reused"] == 0.0 and "rollout/logprob_abs_diff_max" in metrics
-        assert not torch.equal(rollout.extra["old_logprobs"], rollout.rollout_logprobs * rollout.loss_mask)
+        assert not torch.equal(rollout.old_logprobs, rollout.rollout_logprobs * rollout.loss_mask)

@@ -78,7 +78,7 @@ def test_trained_ids_equal_sampled_ids_and_training_sees_what_the_engine_saw(tin
     model, tok = tiny
     biased = tr.eos_biased(model, fmt.eos_id)
     batch = collate(res.trajectories, tok.pad_token_id, [0.0] * len(res.trajectories))
-    assert "blocks" in batch.extra
+    assert batch.blocks is not None
     with torch.no_grad():
         logits = biased(input_ids=batch.input_ids, attention_mask=model_attention(batch, biased),
                         position_ids=batch.position_ids).logits.float()
@@ -100,7 +100,7 @@ def test_window_wide_enough_is_full_mode_exactly(tiny, fmt):
     wide, _ = _play(tiny, fmt, window=3, seed=3)  # 4 turns: turn 4 sees turns 1-3, nothing is dropped
     assert [t.input_ids for t in full.trajectories] == [t.input_ids for t in wide.trajectories]
     assert all(t.blocks == [] for t in wide.trajectories)
-    assert "blocks" not in collate(wide.trajectories, 0, [0.0] * len(wide.trajectories)).extra
+    assert collate(wide.trajectories, 0, [0.0] * len(wide.trajectories)).blocks is None
 
 
 def test_window_2_keeps_two_turns_and_caps_the_prompt_not_the_row(tiny, fmt):

@@ -68,14 +68,14 @@ def test_finite_reward_replaces_nan_and_inf_by_the_failure_score():
 
 
 def test_a_shapers_nonfinite_scores_become_zero_and_are_counted():
-    from ragen.train.trainer import _finite_scores
+    from ragen.train.stats import finite_scores
 
-    assert _finite_scores([1.0, math.nan, -math.inf, 2.0]) == ([1.0, 0.0, 0.0, 2.0], 2)
-    assert _finite_scores([0.5, -1.0]) == ([0.5, -1.0], 0)
+    assert finite_scores([1.0, math.nan, -math.inf, 2.0]) == ([1.0, 0.0, 0.0, 2.0], 2)
+    assert finite_scores([0.5, -1.0]) == ([0.5, -1.0], 0)
 
 
 def test_nan_rewards_leave_the_run_going_and_are_counted(nan_coin, tmp_path):
-    from ragen.train.trainer import train
+    from ragen.runs.loop import train
 
     run = train(cfg(tmp_path), warmstart=False)
     steps = [r for r in rows(run) if r["step"] > 0 and "rollout/nonfinite_rewards" in r]
@@ -90,22 +90,23 @@ def test_nan_rewards_leave_the_run_going_and_are_counted(nan_coin, tmp_path):
 
 def nan_loss(monkeypatch, poisoned=lambda call: True):
     """Make the policy loss NaN on the calls (1-based) ``poisoned`` selects."""
-    import ragen.train.trainer as tr
+    import ragen.train.update as update
 
-    real, calls = tr.policy_loss, []
+    real, calls = update.policy_loss, []
 
     def patched(*args, **kwargs):
         calls.append(1)
         pg, pm = real(*args, **kwargs)
         return (pg * math.nan if poisoned(len(calls)) else pg), pm
 
-    monkeypatch.setattr(tr, "policy_loss", patched)
-    return tr
+    monkeypatch.setattr(update, "policy_loss", patched)
 
 
 def test_a_nan_loss_skips_that_update_and_the_run_goes_on(nan_coin, tmp_path, monkeypatch):
-    tr = nan_loss(monkeypatch, lambda call: call == 1)
-    trainer = tr.Trainer(cfg(tmp_path), tmp_path / "run")
+    from ragen.train.trainer import Trainer
+
+    nan_loss(monkeypatch, lambda call: call == 1)
+    trainer = Trainer(cfg(tmp_path), tmp_path / "run")
     try:
         before = {k: v.detach().clone() for k, v in trainer.actor.module.named_parameters()}
         first = trainer.step().metrics
@@ -114,22 +115,27 @@ def test_a_nan_loss_skips_that_update_and_the_run_goes_on(nan_coin, tmp_path, mo
         second = trainer.step().metrics
         assert second["actor/skipped_updates"] == 0.0 and math.isfinite(second["actor/grad_norm"])
         assert any(not torch.equal(v, before[k]) for k, v in trainer.actor.module.named_parameters())
-        assert trainer.fatal is None and trainer.skipped_in_a_row == 0
+        assert trainer.updater.fatal is None and trainer.updater.skipped_in_a_row == 0
     finally:
         trainer.close()
 
 
 def test_nan_loss_counter_reaches_metrics_jsonl(nan_coin, tmp_path, monkeypatch):
-    run = nan_loss(monkeypatch, lambda call: call == 2).train(cfg(tmp_path), warmstart=False)
+    from ragen.runs.loop import train
+
+    nan_loss(monkeypatch, lambda call: call == 2)
+    run = train(cfg(tmp_path), warmstart=False)
     skipped = {r["step"]: r["actor/skipped_updates"] for r in rows(run) if "actor/skipped_updates" in r}
     assert skipped == {1: 0.0, 2: 1.0, 3: 0.0}
     assert (run / "final" / "config.json").is_file()
 
 
 def test_k_skipped_updates_in_a_row_stop_with_checkpoint_export_and_one_line(nan_coin, tmp_path, monkeypatch):
-    tr = nan_loss(monkeypatch)
+    from ragen.runs.loop import train
+
+    nan_loss(monkeypatch)
     with pytest.raises(RagenError) as exc:
-        tr.train(cfg(tmp_path, "trainer.steps=10", "trainer.max_skipped_updates=2"), warmstart=False)
+        train(cfg(tmp_path, "trainer.steps=10", "trainer.max_skipped_updates=2"), warmstart=False)
     msg = str(exc.value)
     assert "\n" not in msg and msg.startswith("step 2: 2 consecutive updates skipped") and "max_skipped_updates=2" in msg
     run = tmp_path / "run"
@@ -141,7 +147,7 @@ def test_k_skipped_updates_in_a_row_stop_with_checkpoint_export_and_one_line(nan
 def test_a_huge_learning_rate_never_reaches_multinomial_with_nan(nan_coin, tmp_path, monkeypatch):
     """actor_lr=1e30 overflows the weights in one update; the next rollout must not sample from them (the HF engine
     samples with torch.multinomial, which used to die on NaN probabilities with a traceback)."""
-    from ragen.train.trainer import train
+    from ragen.runs.loop import train
 
     real, seen = torch.multinomial, []
 

@@ -24,9 +24,10 @@ ENV = "frozenlake"
 
 
 class Served:
-    """A waitress server for ENV on a free loopback port, run in a thread; ``stop()`` closes its socket."""
+    """A waitress server for ENV on a free loopback port, run in a thread; ``stop()`` closes it and its workers."""
 
     def __init__(self, name=ENV, options=None, **kw):
+        kw.setdefault("workers", 1)  # one worker process starts fastest; the pool's own tests ask for more
         self.server = make_server(name, dict(options or {}), host="127.0.0.1", port=0, **kw)
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -168,6 +169,58 @@ def test_abandoned_episodes_are_closed_after_the_timeout():
         s.stop()
 
 
+class PeakConnections:
+    """The most HTTP connections a served env held open at once, sampled every 5 ms while the block runs."""
+
+    def __init__(self, served):
+        self.served, self.peak, self._stop = served, 0, threading.Event()
+
+    def now(self):
+        return len(self.served.server.active_channels)
+
+    def __enter__(self):
+        def watch():
+            while not self._stop.wait(0.005):
+                self.peak = max(self.peak, self.now())
+
+        self._thread = threading.Thread(target=watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+    def settle(self, expected=0, within_s=10.0):
+        """Wait (bounded) until the server has seen the clients close their connections; the count then."""
+        deadline = time.monotonic() + within_s
+        while self.now() > expected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.now()
+
+
+def test_remote_envs_share_one_bounded_connection_pool():
+    """150 open remote episodes (more than waitress's 100-connection limit) over a pool of at most 8 connections;
+    closing the envs closes the connections (issue 26: one session per env exhausted the server)."""
+    s = Served()
+    try:
+        with PeakConnections(s) as conns:
+            envs = [ragen.make_env("remote", url=s.url, timeout_s=10) for _ in range(150)]
+            try:
+                for i, env in enumerate(envs):
+                    env.reset(seed=i)
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(lambda e: e.step("Left"), envs))
+            finally:
+                for env in envs:
+                    env.close()
+        assert 1 <= conns.peak <= 8, conns.peak
+        assert conns.settle(0) == 0
+        assert _post(s.url, "/health", method="GET").json()["episodes"] == 0
+    finally:
+        s.stop()
+
+
 def test_unreachable_server_is_one_config_error():
     with pytest.raises(ragen.ConfigError, match="env.options.url: cannot use the env server"):
         ragen.make_env("remote", url="http://127.0.0.1:9")
@@ -258,6 +311,30 @@ def test_cli_train_against_a_served_env_and_check_env(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_cli_run_remote_with_the_default_model_and_warm_start(tmp_path):
+    """`ragen run --env remote` as issue 26 ran it: the default (built-in) model, so a warm start whose expert demos open
+    one remote env per episode. The server accepts 4 connections (waitress's 100, scaled down): one connection per
+    env stalled it; the shared pool keeps to one."""
+    s = Served("sokoban", connection_limit=6)  # waitress counts its listener and trigger: 4 client connections
+    try:
+        with PeakConnections(s) as conns:
+            r = subprocess.run(
+                [sys.executable, "-m", "ragen", "run", "--env", "remote", f"env.options.url={s.url}", "env.options.timeout_s=20",
+                 "warmstart.episodes=12", "warmstart.epochs=1", "trainer.steps=1", "rollout.n_groups=2",
+                 "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=16", "trainer.test_freq=0",
+                 "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"],
+                capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if x]
+        assert rows[-1]["step"] == 1 and rows[-1]["rollout/failed_envs"] == 0
+        assert json.loads((tmp_path / "r" / "model-source" / "warmstart" / "warmstart.json").read_text())["metrics"]["sft/demos"] == 12
+        assert 1 <= conns.peak <= 4, conns.peak
+        assert conns.settle(0) == 0
+    finally:
+        s.stop()
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ def test_truncate_after_cuts_every_jsonl_and_drops_torn_lines(tmp_path, capsys):
 def test_a_resumed_run_after_a_kill_has_each_step_once(tmp_path):
     """A run checkpointed at step 2 that wrote step 3's trajectories and a torn metrics line before dying resumes to
     step 4 with steps 1..4 each once in trajectories.jsonl and metrics.jsonl."""
-    from ragen.train.trainer import train
+    from ragen.runs.loop import train
 
     over = ["env.name=frozenlake", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=2",
             "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",

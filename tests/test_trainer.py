@@ -8,7 +8,8 @@ import torch
 import ragen
 
 from ragen.config import load_config
-from ragen.train.trainer import Trainer, train
+from ragen.runs.loop import train
+from ragen.train.trainer import Trainer
 from conftest import TINY
 
 SMALL = [
@@ -66,7 +67,7 @@ def test_an_update_moves_the_policy_towards_the_better_trajectory(tmp_path, algo
     def logp_sums(trajs):
         batch = collate(trajs, trainer.tokenizer.pad_token_id, [0.0] * len(trajs)).to(trainer.device)
         with torch.no_grad():
-            lp, _ = trainer._forward_logprobs(batch, with_entropy=False)
+            lp, _ = trainer.policy.logprobs(batch, with_entropy=False)
         return (lp * batch.loss_mask).sum(-1)
 
     def favour_first_member(inp):  # a shaper: +1 for each group's first member, -1 for the others

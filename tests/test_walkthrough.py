@@ -73,7 +73,7 @@ def _counting(factory, kind, calls):
 
 def test_walkthrough_plugin_trains_a_step_with_all_its_components(corridor, tmp_path):
     from ragen.cli.train import run_config
-    from ragen.train.trainer import train
+    from ragen.runs.loop import train
 
     assert corridor  # the fixture installed it
     from ragen.testing import check_env

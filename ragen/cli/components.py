@@ -167,29 +167,61 @@ def play(name: str, seed: int, episodes: int, options: tuple[str, ...], format_p
                   parser_options=parser_opts, format_penalty=format_penalty)
 
 
+def _serve_token(token_flag: str | None) -> str | None:
+    """The server's token: from ``$RAGEN_ENV_TOKEN`` only (a command-line token is visible to every user in ``ps``);
+    set but empty is refused, never read as "no token"."""
+    from ragen.envs.remote import TOKEN_ENV
+
+    if token_flag is not None:
+        raise RagenError(f"--token: a token on the command line is visible to every user in `ps`; "
+                         f"put it in ${TOKEN_ENV} instead")
+    token = os.environ.get(TOKEN_ENV)
+    if token is not None and not token.strip():
+        raise RagenError(f"${TOKEN_ENV} is set but empty; set a token (e.g. `export {TOKEN_ENV}=$(openssl rand -hex 16)`) "
+                         "or unset it")
+    return token
+
+
 @cli.command("serve-env")
 @click.argument("name")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told otherwise).")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
-@click.option("--token", default=None, help="Shared token clients must send (default: $RAGEN_ENV_TOKEN, else none).")
+@click.option("--token", hidden=True, default=None, help="Refused: the token comes from $RAGEN_ENV_TOKEN.")
+@click.option("--insecure", is_flag=True, help="Serve without a token where one is required (another host than "
+              "loopback, or an env whose episodes hold a process).")
 @click.option("--threads", default=16, show_default=True, type=click.IntRange(1, 512), help="Requests served at once.")
-@click.option("--episode-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0.1),
-              help="Seconds after which an untouched episode is closed.")
-@click.option("--max-episodes", default=1024, show_default=True, type=click.IntRange(min=1), help="Open episodes at most.")
-def serve_env(name, options, host, port, token, threads, episode_timeout, max_episodes) -> None:
-    """Serve env NAME over HTTP for `ragen run --env remote env.options.url=...` (docs/remote-envs.md)."""
-    from ragen.envs.net import is_loopback
-    from ragen.envs.remote import TOKEN_ENV
+@click.option("--workers", default=4, show_default=True, type=click.IntRange(0, 64),
+              help="Processes serving an env not declared concurrency-safe (0: this process, one call at a time).")
+@click.option("--episode-timeout", default=None, type=click.FloatRange(min=0.1),
+              help="Seconds after which an untouched episode is closed  [default: 600; 120 for envs holding a process]")
+@click.option("--max-episodes", default=1024, show_default=True, type=click.IntRange(min=1),
+              help="Open episodes at most (an env holding a process may declare fewer).")
+@click.option("--max-client-episodes", default=None, type=click.IntRange(min=1),
+              help="Open episodes one client may hold  [default: all; half for envs holding a process]")
+@click.option("--min-free-memory", default=None, type=click.FloatRange(min=0),
+              help="MB the host must keep free when an env holding a process opens an episode  [default: 10% of RAM, "
+                   ">= 1024; 0: no check]")
+@click.option("--protocol", type=click.Choice(["ragen", "openenv"]), default="ragen", show_default=True,
+              help="ragen's own (the `remote` env) or OpenEnv's (any OpenEnv client; needs ragen[openenv]; "
+                   "docs/openenv.md).")
+def serve_env(name, options, host, port, token, insecure, threads, workers, episode_timeout, max_episodes,
+              max_client_episodes, min_free_memory, protocol) -> None:
+    """Serve env NAME over HTTP for `ragen run --env remote env.options.url=...` (docs/remote-envs.md), or with
+    OpenEnv's protocol for any OpenEnv client (--protocol openenv, docs/openenv.md).
+
+    The token clients must send comes from $RAGEN_ENV_TOKEN."""
     from ragen.envs.server import make_server
     from ragen.plugins.loader import get_registry
 
     get_registry("env").get(name)  # unknown names fail here with a did-you-mean
-    token = token or os.environ.get(TOKEN_ENV) or None
-    if not is_loopback(host) and not token:
-        warnings.warn(f"serving {name} on {host} without a token: anyone who reaches this port can run episodes")
-    server = make_server(name, key_values(options), host=host, port=port, token=token, threads=threads,
-                         episode_timeout_s=episode_timeout, max_episodes=max_episodes)
+    if protocol == "openenv":
+        _serve_openenv(name, key_values(options), host, port, _serve_token(token), insecure, max_episodes,
+                       episode_timeout)
+        return
+    server = make_server(name, key_values(options), host=host, port=port, token=_serve_token(token), insecure=insecure,
+                         threads=threads, workers=workers, episode_timeout_s=episode_timeout, max_episodes=max_episodes,
+                         max_client_episodes=max_client_episodes, min_free_mb=min_free_memory)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving {name} on http://{shown}:{server.effective_port} (Ctrl-C stops)", nl=True)
     sys.stdout.flush()
@@ -200,6 +232,33 @@ def serve_env(name, options, host, port, token, threads, episode_timeout, max_ep
     finally:
         server.close()
         server.table.close()
+
+
+def _serve_openenv(name: str, options: dict, host: str, port: int, token: str | None, insecure: bool,
+                   max_episodes: int, episode_timeout: float | None) -> None:
+    """``serve-env --protocol openenv``: OpenEnv's own ``create_app`` around the env, with this server's token policy
+    (loopback unless told otherwise; a token where one is needed, ``--insecure`` to override) and episode cap."""
+    from ragen.envs.hosted import weight_of
+    from ragen.envs.server import check_token
+    from ragen.plugins.components import make_env
+
+    probe = make_env(name, **options)  # wrong options fail here, before anything listens
+    try:
+        weight = weight_of(type(probe))
+        token = check_token(token, name=name, host=host, weight=weight, insecure=insecure)
+    finally:
+        probe.close()
+    timeout = episode_timeout if episode_timeout is not None else (120.0 if weight.processes > 0 else 600.0)
+    from ragen.envs.openenv_server import make_openenv_server  # the optional extra: its one-line error names it
+
+    server = make_openenv_server(name, options, host=host, port=port, token=token,
+                                 max_sessions=min(max_episodes, weight.max_open or max_episodes), episode_timeout_s=timeout)
+    click.echo(f"serving {name} (OpenEnv protocol) on {server.url} (Ctrl-C stops)")
+    sys.stdout.flush()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
 
 
 @cli.command("new-env")

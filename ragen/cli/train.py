@@ -105,7 +105,7 @@ def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, 
                                                        model_name=model_name, filter_name=filter_name,
                                                        parser_name=parser_name)
     from ragen.train.interrupt import GracefulInterrupt
-    from ragen.train.trainer import (
+    from ragen.runs.loop import (
         train,  # torch: after the config is checked, so bad input fails in a second
     )
 

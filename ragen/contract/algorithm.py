@@ -81,6 +81,9 @@ class AdvantageInput:
                                     "last turn (T = the most turns in the batch).")
     kl_rewards: Any = option(None, "float32 tensor [N, L]: the KL-in-reward part of token_rewards (0 without KL in the "
                                    "reward), for turn-level estimators that place rewards themselves.")
+    metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "
+                                             "trainer logs them with the step as 'estimator/<name>/<key>' in metrics.jsonl "
+                                             "(finite numbers only; a component's breach is one line).")
 
 
 @attrs.frozen
@@ -106,6 +109,9 @@ class FilterInput:
     lengths: Sequence[int] = option((), "list[int]: sampled (trained) tokens of each trajectory, Σ loss_mask.")
     entropies: Sequence[float] | None = option(None, "list[float] | None: the mean token entropy of each trajectory, "
                                                      "computed only when the filter callable has needs_entropy = True.")
+    metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "
+                                             "trainer logs them with the step as 'filter/<name>/<key>' in metrics.jsonl "
+                                             "(finite numbers only; a component's breach is one line).")
 
 
 @attrs.frozen
@@ -123,6 +129,9 @@ class ShapeInput:
               "reward + penalty for the first shaper, the last ShapeOutput's turn_scores after that; they become "
               "AdvantageInput.turn_scores and the turn-placed rewards. None: the caller did not pass them (a shaper "
               "that needs them starts from the turn records).")
+    metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "
+                                             "trainer logs them with the step as 'shaper/<name>/<key>' in metrics.jsonl "
+                                             "(finite numbers only; a component's breach is one line).")
 
 
 @attrs.frozen

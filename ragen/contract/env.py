@@ -103,6 +103,32 @@ class Expert:
         return None
 
 
+@attrs.frozen(kw_only=True)
+class EpisodeWeight:
+    """What one open episode of an env holds on the machine that serves it; ``ragen serve-env`` charges episodes by
+    it (docs/remote-envs.md, "What an episode costs").
+
+    The default (nothing beyond Python objects) suits most envs. An env whose instance starts an OS process (a prover,
+    a browser, a sandbox) declares it as a class attribute, e.g. ``episode_weight = EpisodeWeight(processes=1,
+    memory_mb=280, max_open=32)`` (or ``attrs.evolve(Env.episode_weight, ...)`` without another import). Serving such
+    an env, the server requires a token, keeps at most ``max_open`` episodes open (half of them per client), admits a
+    new one only while the host has ``memory_mb`` available above a reserve, and closes abandoned ones after 120 s
+    instead of 600 s.
+    """
+
+    #: OS processes one open episode holds (a prover, a browser, a sandbox); > 0 makes the env "heavy"
+    processes: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    #: resident memory one open episode holds, roughly, in MB (measured: the Coq prover of ragen-lean, ~280)
+    memory_mb: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    #: open episodes one server keeps at most (None: the server's ``--max-episodes``, 1024)
+    max_open: int | None = attrs.field(default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
+
+    @property
+    def heavy(self) -> bool:
+        """Whether an episode holds more than Python objects (a process or declared memory)."""
+        return self.processes > 0 or self.memory_mb > 0
+
+
 class Env(gymnasium.Env):
     """Base class of every ragen environment: text observations, text actions, a config, an optional expert."""
 
@@ -112,6 +138,9 @@ class Env(gymnasium.Env):
     deterministic: bool = True
     #: False for data-backed envs whose initial states may repeat across seeds
     procedural: bool = True
+    #: what one open episode holds on the machine serving it (``ragen serve-env`` caps and admits episodes by it):
+    #: envs that start a process per instance declare it (``EpisodeWeight``)
+    episode_weight: ClassVar[EpisodeWeight] = EpisodeWeight()
     #: whether separate instances may be stepped at the same time (``rollout.env_workers`` > 1): "none" (stepped one
     #: at a time in the trainer's thread), "thread" (a thread pool: envs that wait on subprocesses or sockets and keep
     #: no module-level state), "process" (each instance in a worker process: CPU-bound Python envs)

@@ -11,16 +11,21 @@ counts it in ``failed_envs``.
 from __future__ import annotations
 
 import os
+import secrets
+import threading
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import attrs
 
+from ragen.config.fields import AT_LEAST_1
 from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option
 from ragen.contract.hookspecs import hookimpl
 from ragen.errors import ConfigError, RemoteEnvError
 
 TOKEN_ENV = "RAGEN_ENV_TOKEN"
+#: this process's id for the server's per-client cap (``X-Ragen-Client``): every remote env of a trainer is one client
+CLIENT_ID = f"{os.getpid()}-{secrets.token_hex(4)}"
 BUDGET_KEYS = ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "max_tokens", "response_length")
 
 
@@ -32,6 +37,9 @@ class RemoteConfig(EnvConfig):
     token: str = option("", f"Shared token the server was started with (--token); empty: ${TOKEN_ENV} or none.")
     timeout_s: float = option(60.0, "Seconds per request; a server silent for longer fails the episode.",
                               validator=attrs.validators.gt(0))
+    max_connections: int = option(8, "Connections to the server at most, shared by every remote env of this process with "
+                                  "the same url and token (more requests at once wait for a free one).",
+                                  range=AT_LEAST_1)
     allow_unreachable: bool = option(True, "The served env checks its own budget; the client takes it as is.")
 
 
@@ -58,26 +66,73 @@ def raise_for(where: str, status: int, payload: Any) -> None:
     raise RemoteEnvError(f"env server {where} answered {status}: {message}")
 
 
-class HttpTransport:
-    """JSON over HTTP with one ``requests.Session`` (keep-alive) per env."""
+class _SharedPool:
+    """One ``requests`` adapter (a keep-alive connection pool) per server, shared by every transport to it."""
 
-    def __init__(self, url: str, token: str = "", timeout_s: float = 60.0):
+    def __init__(self, adapter: Any):
+        self.adapter, self.users = adapter, 0
+
+
+_POOLS: dict[tuple, _SharedPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _acquire_pool(key: tuple, max_connections: int) -> Any:
+    from requests.adapters import HTTPAdapter
+
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            # block: a request beyond max_connections waits for a free connection instead of opening one more
+            pool = _POOLS[key] = _SharedPool(HTTPAdapter(pool_connections=1, pool_maxsize=max_connections,
+                                                         pool_block=True, max_retries=0))
+        pool.users += 1
+        return pool.adapter
+
+
+def _release_pool(key: tuple) -> None:
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            return
+        pool.users -= 1
+        if pool.users > 0:
+            return
+        del _POOLS[key]
+    pool.adapter.close()  # the last env to this server is closed: so are its connections
+
+
+class HttpTransport:
+    """JSON over HTTP. Every transport of this process to one server (same URL, token and ``max_connections``)
+    shares one keep-alive pool of at most ``max_connections`` connections: a rollout of 256 remote envs opens a
+    handful of connections, not 256 (waitress stops accepting at 100). The pool closes with its last transport."""
+
+    def __init__(self, url: str, token: str = "", timeout_s: float = 60.0, max_connections: int = 8):
         import requests
+
+        from ragen.envs.net import is_loopback
 
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ConfigError(f"env.options.url: expected http://HOST:PORT, got {url!r}")
         self.where, self.base, self.timeout = url, url.rstrip("/"), float(timeout_s)
         self._requests = requests
-        self.session = requests.Session()
-        from ragen.envs.net import is_loopback
-
-        self.session.trust_env = not is_loopback(parsed.hostname or "")  # never proxy loopback traffic
         token = token or os.environ.get(TOKEN_ENV, "")
+        self._key = (parsed.scheme, parsed.netloc.lower(), token, int(max_connections))
+        adapter = _acquire_pool(self._key, int(max_connections))
+        self.session = requests.Session()
+        self.session.adapters.clear()  # this session's own adapters would each open their own connections
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        self.session.trust_env = not is_loopback(parsed.hostname or "")  # never proxy loopback traffic
+        self.session.headers["X-Ragen-Client"] = CLIENT_ID
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
+        self._closed = False
 
     def call(self, method: str, path: str, body: dict | None = None) -> Any:
+        if self._closed:
+            raise RemoteEnvError(f"env server {self.where}: this env is closed")
         try:
             resp = self.session.request(method, self.base + path, json=body, timeout=self.timeout)
         except self._requests.Timeout:
@@ -94,7 +149,11 @@ class HttpTransport:
         return payload
 
     def close(self) -> None:
-        self.session.close()
+        if not self._closed:
+            self._closed = True
+            self.session.adapters.clear()  # the shared adapter is closed by its last user, not by Session.close
+            self.session.close()
+            _release_pool(self._key)
 
 
 class RemoteExpert(Expert):
@@ -121,7 +180,7 @@ class RemoteEnv(Env):
         if transport is None:
             if not cfg.url:
                 raise ConfigError("env.options.url: the remote env needs the URL that `ragen serve-env NAME` printed")
-            transport = HttpTransport(cfg.url, cfg.token, cfg.timeout_s)
+            transport = HttpTransport(cfg.url, cfg.token, cfg.timeout_s, cfg.max_connections)
         self.transport = transport
         self._episode: str | None = None
         self._answers: dict[tuple[str, str], Any] = {}

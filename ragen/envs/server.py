@@ -1,10 +1,12 @@
 """Serving a registered env over HTTP (``ragen serve-env``): an episode table behind a WSGI app on waitress.
 
-``EpisodeTable`` owns the env instances and answers ``(method, path, body) -> (status, json)``; the WSGI app and
-the process workers of ``ragen.rollout.stepping`` both dispatch into it, so the wire protocol is one piece of code.
-Every episode has an id; an episode nobody touched for ``episode_timeout_s`` is closed (its env goes back to the
-idle pool). Env classes not declared concurrency-safe (``Env.concurrency == "none"``) are stepped under one lock.
-Bad requests get a 4xx with ``{"error": ..., "kind": ...}``; an env raising gets 422, never a 5xx.
+``EpisodeTable`` answers ``(method, path, body, client) -> (status, json)``; the WSGI app and the process workers of
+``ragen.rollout.stepping`` both dispatch into it, so the wire protocol is one piece of code. Its env instances live
+in a host (``ragen.envs.hosted``): this process for envs declared concurrency-safe, worker processes for the others,
+so one slow step does not stall every client. Every episode has an id; episodes are admitted by what they weigh (the
+env's ``episode_weight``: a cap on open episodes, a per-client cap, free memory for envs holding a process) and one
+nobody touched for the idle time-out is closed. Every refusal and every env failure is a 4xx with
+``{"error": ..., "kind": ...}``.
 
 Protocol (JSON bodies; ``Authorization: Bearer TOKEN`` on everything but ``/health`` when a token is set):
 ``GET /health``, ``GET /info`` (action space, budget, instructions, system prompt), ``POST /episodes``
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import math
 import secrets
 import threading
 import time
@@ -26,110 +27,129 @@ from typing import Any
 import attrs
 import structlog
 
-from ragen.contract.env import Env
+from ragen.contract.env import SPLITS, Env, EpisodeWeight
+from ragen.envs.hosted import (
+    EnvFactory,
+    LocalHost,
+    RequestError,
+    WorkerHost,
+    env_info,
+    jsonable,
+    weight_of,
+)
 from ragen.errors import ConfigError, RagenError
 
 log = structlog.get_logger("ragen")
 
 MAX_BODY = 1 << 20  #: bytes; a larger request body is refused with 413
 MAX_ACTION_CHARS = 100_000
+MAX_CLIENT_ID = 64  #: characters of ``X-Ragen-Client`` kept
+#: idle seconds after which an episode is closed: any env, and an env whose episodes hold a process (EpisodeWeight)
+EPISODE_TIMEOUT_S, HEAVY_EPISODE_TIMEOUT_S = 600.0, 120.0
+#: serve-env's worker processes for an env not declared concurrency-safe
+DEFAULT_WORKERS = 4
 
 
-class RequestError(Exception):
-    """A request the table refuses: its HTTP status, kind and message become the JSON error."""
+def available_memory_mb() -> float | None:
+    """Memory the host can still give (``MemAvailable``), in MB; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
 
-    def __init__(self, status: int, kind: str, message: str):
-        super().__init__(message)
-        self.status, self.kind = status, kind
-
-
-def jsonable(value: Any) -> Any:
-    """Env infos hold numpy scalars, tuples, NaN...: JSON that every client can read (non-finite floats -> None)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        try:
-            value = value.item()
-        except (TypeError, ValueError):
-            return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
+        return psutil.virtual_memory().available / 2**20
+    except Exception:  # noqa: BLE001 - no way to know: the check is skipped
         return None
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
-def env_info(env: Env) -> dict[str, Any]:
-    """What a client needs to mirror ``env``: action space, budget, prompt text, flags."""
-    from ragen.envs.prompt import system_prompt
+def total_memory_mb() -> float | None:
+    try:
+        import os
 
-    cls = type(env)
-    return jsonable({
-        "name": env.name,
-        "instructions": env.instructions,
-        "system_prompt": system_prompt(env),
-        "action_space": {"type": "text", "max_length": getattr(env.action_space, "max_length", None),
-                         "action_names": env.action_names, "separator": env.action_separator},
-        "symbol_legend": env.symbol_legend,
-        "config": attrs.asdict(env.config),
-        "deterministic": bool(env.deterministic),
-        "procedural": bool(env.procedural),
-        "failure_reward": float(getattr(env, "failure_reward", 0.0)),
-        "has_expert": env.expert is not None,
-        # the client runs the base-class versions itself; overridden ones are asked for over the wire
-        "custom_validate": cls.validate_action is not Env.validate_action,
-        "custom_split": cls.split_actions is not Env.split_actions,
-    })
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_memory_reserve_mb() -> float:
+    """The memory a heavy env's new episode must leave free: 10 % of the host, at least 1 GiB."""
+    return max(1024.0, 0.1 * (total_memory_mb() or 0.0))
+
+
+def open_cap(weight: EpisodeWeight, max_episodes: int) -> int:
+    """Open episodes at most: the server's ``max_episodes``, or the env's declared ``max_open`` if lower."""
+    return min(int(max_episodes), weight.max_open or int(max_episodes))
+
+
+def client_cap(weight: EpisodeWeight, max_episodes: int) -> int:
+    """The default per-client cap: every episode for a light env, half of them for a heavy one (another client
+    always finds room)."""
+    cap = open_cap(weight, max_episodes)
+    return max(1, cap // 2) if weight.heavy else cap
 
 
 @attrs.define(eq=False)
 class _Episode:
-    env: Env
+    env: Any  #: a LocalEnv or WorkerEnv (ragen.envs.hosted)
+    client: str = ""
     lock: threading.Lock = attrs.Factory(threading.Lock)
     last_used: float = attrs.Factory(time.monotonic)
 
 
 class EpisodeTable:
-    """The served env's episodes: ids, per-episode locks, idle env pool, abandoned-episode reaping."""
+    """The served env's episodes: ids, per-episode locks, admission (caps by weight, memory, client), reaping.
 
-    def __init__(self, factory: Callable[[], Env], *, episode_timeout_s: float = 600.0, max_episodes: int = 1024,
-                 max_idle_envs: int = 64):
-        self._factory = factory
-        self.timeout_s, self.max_episodes, self.max_idle = float(episode_timeout_s), int(max_episodes), int(max_idle_envs)
+    ``factory`` builds one env. With ``workers`` > 0 an env not declared concurrency-safe lives in that many worker
+    processes (``factory`` must then pickle, e.g. ``EnvFactory``); otherwise instances live in this process (one lock
+    around a non-concurrent env's calls). An env's ``episode_weight`` sets the defaults: open episodes at most
+    ``min(max_episodes, weight.max_open)``, idle time-out 600 s (120 s for a heavy env), and a heavy env's new episode
+    needs ``weight.memory_mb`` available above ``min_free_mb`` (10 % of the host, >= 1 GiB; 0 turns the check off).
+    ``max_client_episodes`` (None: no cap of its own) caps the episodes one ``client`` of ``dispatch`` holds;
+    ``make_server`` sets it to half of the cap for a heavy env (``client_cap``).
+    """
+
+    def __init__(self, factory: Callable[[], Env], *, episode_timeout_s: float | None = None, max_episodes: int = 1024,
+                 max_idle_envs: int = 64, max_client_episodes: int | None = None, min_free_mb: float | None = None,
+                 workers: int = 0, memory: Callable[[], float | None] = available_memory_mb, probe: Env | None = None):
+        if probe is None:
+            probe = factory()  # fails here, before serving, when the env or its options are wrong
+        self.weight = weight_of(type(probe))
+        self.max_open = open_cap(self.weight, max_episodes)
+        if getattr(type(probe), "concurrency", "none") == "none" and workers > 0:
+            probe.close()  # its instances live in the workers
+            self.host: Any = WorkerHost(factory, workers, max_idle=max_idle_envs,
+                                        max_instances=self.max_open if self.weight.heavy else None)
+        else:
+            self.host = LocalHost(factory, probe, max_idle=max_idle_envs)
+        self.info = self.host.info
+        heavy = self.weight.heavy
+        self.timeout_s = float(episode_timeout_s if episode_timeout_s is not None
+                               else HEAVY_EPISODE_TIMEOUT_S if heavy else EPISODE_TIMEOUT_S)
+        self.max_client = int(max_client_episodes) if max_client_episodes is not None else self.max_open
+        self.min_free_mb = float(min_free_mb if min_free_mb is not None else default_memory_reserve_mb())
+        self._memory = memory
         self._episodes: dict[str, _Episode] = {}
-        self._idle: list[Env] = []
+        self._opening: dict[str, int] = {}  #: client -> episodes admitted, not yet reset
         self._lock = threading.Lock()
-        probe = factory()  # fails here, before serving, when the env or its options are wrong
-        self.info = env_info(probe)
-        concurrent = getattr(type(probe), "concurrency", "none") != "none"
-        self._env_lock: threading.Lock | None = None if concurrent else threading.Lock()
-        self._idle.append(probe)
         self.reaped = 0
+        self.closed = threading.Event()
 
     # ---- episodes ----------------------------------------------------------------------------------------------
-    def _new_env(self) -> Env:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return self._factory()
-
-    def _retire(self, env: Env) -> None:
-        with self._lock:
-            if len(self._idle) < self.max_idle and not env.closed:
-                self._idle.append(env)
-                return
-        env.close()
-
     def reap(self) -> int:
-        """Close episodes idle for longer than the time-out (a client that died mid-episode); returns how many."""
+        """Close episodes idle for longer than the time-out (a client that died mid-episode) and idle instances
+        unused as long; returns how many episodes."""
         now = time.monotonic()
         with self._lock:
             old = [k for k, e in self._episodes.items() if now - e.last_used > self.timeout_s and not e.lock.locked()]
             dropped = [self._episodes.pop(k) for k in old]
         for ep in dropped:
-            self._retire(ep.env)
+            self.host.release(ep.env, keep=False)  # abandoned mid-episode: closed, its process (if any) with it
+        self.host.close_idle(self.timeout_s)
         if dropped:
             self.reaped += len(dropped)
             log.info("env_episodes_reaped", count=len(dropped), timeout_s=self.timeout_s)
@@ -146,48 +166,69 @@ class EpisodeTable:
     def _call(self, ep: _Episode, fn: Callable[[], Any]) -> Any:
         with ep.lock:
             try:
-                if self._env_lock is None:
-                    return fn()
-                with self._env_lock:
-                    return fn()
-            except RequestError:
-                raise
-            except (ConfigError, RagenError) as exc:
-                raise RequestError(400, "config", str(exc)) from None
-            except RuntimeError as exc:
-                raise RequestError(409, "state", str(exc)) from None
-            except Exception as exc:  # the env itself failed: the client drops this episode
-                raise RequestError(422, "env", f"{type(exc).__name__}: {exc}") from None
+                return fn()
             finally:
                 ep.last_used = time.monotonic()
 
-    def close(self) -> None:
+    def open_by(self, client: str) -> int:
+        """Episodes ``client`` holds open (or is opening)."""
         with self._lock:
-            envs = [e.env for e in self._episodes.values()] + self._idle
+            return self._opening.get(client, 0) + sum(e.client == client for e in self._episodes.values())
+
+    def _admit(self, client: str) -> None:
+        """Reserve room for one more episode of ``client``, or refuse with 429."""
+        with self._lock:
+            opening = sum(self._opening.values())
+            if len(self._episodes) + opening >= self.max_open:
+                cap = "the env's episode_weight.max_open" if self.max_open == self.weight.max_open else "max_episodes"
+                raise RequestError(429, "busy", f"{self.max_open} episodes are open ({cap}); close some")
+            mine = self._opening.get(client, 0) + sum(e.client == client for e in self._episodes.values())
+            if mine >= self.max_client:
+                raise RequestError(429, "busy", f"this client holds {mine} open episodes (max_client_episodes "
+                                                f"{self.max_client}); close some")
+            if self.weight.heavy and self.min_free_mb > 0:
+                free = self._memory()
+                need = self.weight.memory_mb * (opening + 1)
+                if free is not None and free - need < self.min_free_mb:
+                    raise RequestError(429, "busy", f"the host has {free:.0f} MB available; a new episode needs "
+                                                    f"~{self.weight.memory_mb} MB above the {self.min_free_mb:.0f} MB "
+                                                    "reserve (--min-free-memory); close some episodes")
+            self._opening[client] = self._opening.get(client, 0) + 1
+
+    def _admitted(self, client: str) -> None:
+        with self._lock:
+            left = self._opening.get(client, 0) - 1
+            if left > 0:
+                self._opening[client] = left
+            else:
+                self._opening.pop(client, None)
+
+    def close(self) -> None:
+        self.closed.set()
+        with self._lock:
+            envs = [e.env for e in self._episodes.values()]
             self._episodes.clear()
-            self._idle = []
         for env in envs:
-            try:
-                env.close()
-            except Exception:  # noqa: PERF203 - one env failing to close must not keep the others open
-                pass
+            env.close()
+        self.host.close()
 
     # ---- the protocol ------------------------------------------------------------------------------------------
-    def dispatch(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        """Answer one request; every refusal is a ``RequestError`` turned into its status and JSON error."""
+    def dispatch(self, method: str, path: str, body: Any, client: str = "") -> tuple[int, Any]:
+        """Answer one request of ``client`` (an id for the per-client cap); every refusal is a ``RequestError``
+        turned into its status and JSON error."""
         try:
-            return self._route(method, [p for p in path.split("/") if p], body)
+            return self._route(method, [p for p in path.split("/") if p], body, client)
         except RequestError as exc:
-            return exc.status, {"error": str(exc), "kind": exc.kind}
+            return exc.status, {"error": one_line(str(exc)), "kind": exc.kind}
 
-    def _route(self, method: str, parts: list[str], body: Any) -> tuple[int, Any]:
+    def _route(self, method: str, parts: list[str], body: Any, client: str) -> tuple[int, Any]:
         if parts == ["health"]:
             return _only(method, "GET"), {"ok": True, "episodes": len(self._episodes)}
         if parts == ["info"]:
             return _only(method, "GET"), self.info
         if parts == ["episodes"]:
             _only(method, "POST")
-            return 201, self._reset(_object(body))
+            return 201, self._reset(_object(body), client)
         if len(parts) == 2 and parts[0] == "episodes":
             _only(method, "DELETE")
             return 200, self._close(parts[1])
@@ -197,51 +238,54 @@ class EpisodeTable:
             return 200, _EPISODE_OPS[parts[2]](self, ep, _object(body))
         raise RequestError(404, "not_found", f"no such endpoint /{'/'.join(parts)}")
 
-    def _reset(self, body: dict) -> dict:
+    def _reset(self, body: dict, client: str) -> dict:
         seed = body.get("seed")
         if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63):
-            raise RequestError(400, "request", f"seed: expected an integer >= 0, got {seed!r}")
+            raise RequestError(400, "request", f"seed: expected an integer 0 <= seed < 2**63, got {_short(seed)}")
         options = body.get("options", {})
         if not isinstance(options, dict):
             raise RequestError(400, "request", f"options: expected an object, got {type(options).__name__}")
+        split = options.get("split", "train")
+        if split not in SPLITS:
+            raise RequestError(400, "request", f"options.split: expected one of {', '.join(SPLITS)}, got {_short(split)}")
+        index = options.get("rollout_index", 0)
+        if not (isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 2**31):
+            raise RequestError(400, "request", f"options.rollout_index: expected an integer 0..2**31-1, got {_short(index)}")
         self.reap()
-        with self._lock:
-            if len(self._episodes) >= self.max_episodes:
-                raise RequestError(429, "busy", f"{self.max_episodes} episodes are open (max_episodes); close some")
-        ep = _Episode(self._new_env())
+        self._admit(client)
         try:
-            obs, info = self._call(ep, lambda: ep.env.reset(seed=seed, options=dict(options)))
-        except RequestError:
-            self._retire(ep.env)
-            raise
-        eid = secrets.token_hex(8)
-        with self._lock:
-            self._episodes[eid] = ep
-        return {"episode": eid, "obs": obs, "info": jsonable(info), "task_id": ep.env.task_id}
+            ep = _Episode(self.host.acquire(), client)
+            try:
+                data = self._call(ep, lambda: ep.env.reset(seed, options))
+            except RequestError:
+                self.host.release(ep.env)
+                raise
+            eid = secrets.token_hex(8)
+            with self._lock:
+                self._episodes[eid] = ep
+        finally:
+            self._admitted(client)
+        return {"episode": eid, **data}
 
     def _step(self, ep: _Episode, body: dict) -> dict:
         action = _text(body, "action")
-        obs, reward, terminated, truncated, info = self._call(ep, lambda: ep.env.step(action))
-        return {"obs": obs, "reward": jsonable(float(reward)), "terminated": terminated, "truncated": truncated,
-                "info": jsonable(info)}
+        return self._call(ep, lambda: ep.env.step(action))
 
     def _validate(self, ep: _Episode, body: dict) -> dict:
         action = _text(body, "action")
-        return {"valid": bool(self._call(ep, lambda: ep.env.validate_action(action)))}
+        return self._call(ep, lambda: ep.env.validate(action))
 
     def _split(self, ep: _Episode, body: dict) -> dict:
         answer = _text(body, "answer")
-        return {"actions": [str(a) for a in self._call(ep, lambda: ep.env.split_actions(answer))]}
+        return self._call(ep, lambda: ep.env.split(answer))
 
     def _expert(self, ep: _Episode, body: dict) -> dict:
         k = body.get("k", 1)
         if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= 1000):
-            raise RequestError(400, "request", f"k: expected an integer 0..1000, got {k!r}")
-        if ep.env.expert is None:
-            raise RequestError(404, "not_found", f"env {ep.env.name!r} has no expert")
-        expert = ep.env.expert
-        actions, rationale = self._call(ep, lambda: (expert.next_actions(ep.env, k), expert.rationale(ep.env)))
-        return {"actions": [str(a) for a in actions], "rationale": str(rationale)}
+            raise RequestError(400, "request", f"k: expected an integer 0..1000, got {_short(k)}")
+        if not self.info.get("has_expert"):
+            raise RequestError(404, "not_found", f"env {self.info.get('name')!r} has no expert")
+        return self._call(ep, lambda: ep.env.expert(k))
 
     def _close(self, eid: str) -> dict:
         with self._lock:
@@ -249,7 +293,7 @@ class EpisodeTable:
         if ep is None:
             raise RequestError(404, "not_found", f"no episode {eid!r}")
         with ep.lock:
-            self._retire(ep.env)
+            self.host.release(ep.env)
         return {"closed": eid}
 
 
@@ -259,6 +303,20 @@ _EPISODE_OPS: dict[str, Callable[[EpisodeTable, _Episode, dict], dict]] = {
     "split": EpisodeTable._split,
     "expert": EpisodeTable._expert,
 }
+
+
+def one_line(message: str, limit: int = 300) -> str:
+    """An error as the client reads it: one line, at most ``limit`` characters (it may echo what the client sent)."""
+    text = " ".join(message.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short(value: Any) -> str:
+    """A refused value as the error shows it: its repr, cut at 40 characters (a 5,000-digit seed stays one line)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _only(method: str, allowed: str) -> int:
@@ -286,7 +344,10 @@ def _text(body: dict, key: str) -> str:
 
 # ---- WSGI ---------------------------------------------------------------------------------------------------------
 def wsgi_app(table: EpisodeTable, token: str | None = None) -> Callable:
-    """The WSGI application over ``table``; ``token`` (when set) is required as ``Authorization: Bearer``."""
+    """The WSGI application over ``table``; ``token`` (when set) is required as ``Authorization: Bearer``.
+
+    A client is its address plus the ``X-Ragen-Client`` id the ``remote`` env sends (one per process): the per-client
+    cap counts episodes by it."""
     expected = f"Bearer {token}".encode() if token else None
 
     def app(environ: dict, start_response: Callable) -> list[bytes]:
@@ -296,20 +357,32 @@ def wsgi_app(table: EpisodeTable, token: str | None = None) -> Callable:
                 given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
                 if not hmac.compare_digest(given, expected):
                     raise RequestError(401, "auth", "missing or wrong token (Authorization: Bearer ...)")
-            status, payload = table.dispatch(method, path, _read_json(environ))
+            client = f"{environ.get('REMOTE_ADDR', '')}/{environ.get('HTTP_X_RAGEN_CLIENT', '')[:MAX_CLIENT_ID]}"
+            status, payload = table.dispatch(method, path, _read_json(environ), client=client)
+            data = json.dumps(jsonable(payload), allow_nan=False).encode()
         except RequestError as exc:
-            status, payload = exc.status, {"error": str(exc), "kind": exc.kind}
-        data = json.dumps(payload, allow_nan=False).encode()
-        start_response(f"{status} {_REASONS.get(status, 'OK')}",
+            status, data = exc.status, _error_json(exc.kind, one_line(str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a bug of the server: one logged line and a JSON 500, no traceback
+            log.error("env_server_error", path=path, error=f"{type(exc).__name__}: {exc}")
+            status, data = 500, _error_json("internal", f"internal error: {type(exc).__name__}")
+        start_response(f"{status} {_REASONS.get(status, 'Error')}",
                        [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return [data]
 
     return app
 
 
+def _error_json(kind: str, message: str) -> bytes:
+    return json.dumps({"error": message, "kind": kind}).encode()
+
+
 _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             405: "Method Not Allowed", 409: "Conflict", 413: "Payload Too Large", 422: "Unprocessable Entity",
-            429: "Too Many Requests"}
+            429: "Too Many Requests", 500: "Internal Server Error"}
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _read_json(environ: dict) -> Any:
@@ -323,24 +396,65 @@ def _read_json(environ: dict) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise RequestError(400, "request", f"the body is not JSON: {exc}") from None
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, NaN, an integer of > 4,300 digits, too deep
+        raise RequestError(400, "request", f"the body is not JSON: {str(exc)[:200]}") from None
+
+
+def check_token(token: str | None, *, name: str, host: str, weight: EpisodeWeight, insecure: bool = False) -> str | None:
+    """The token to require, or None; refuses an empty token, and no token where one is needed (``insecure``: allowed,
+    with a warning): on a host other than loopback, or for an env whose episodes hold a process."""
+    from ragen.envs.net import is_loopback
+
+    if token is not None:
+        if not token.strip():
+            raise ConfigError("token: empty; set a non-empty token (e.g. `export RAGEN_ENV_TOKEN=$(openssl rand -hex 16)`)")
+        if token != token.strip() or not (token.isascii() and token.isprintable()):
+            raise ConfigError("token: use printable ASCII without spaces around it (it travels in an HTTP header)")
+        return token
+    needs = ([f"it listens on {host} (beyond this machine)"] if not is_loopback(host) else []) + (
+        [f"each episode of {name} holds a process (episode_weight)"] if weight.processes > 0 else [])
+    if not needs:
+        return None
+    if not insecure:
+        raise ConfigError(f"serving {name} needs a token: {', and '.join(needs)}; set $RAGEN_ENV_TOKEN "
+                          "(clients send the same), or pass --insecure to serve without one")
+    log.warning("env_server_insecure", env=name, reason=", and ".join(needs),
+                note="no token: anyone who reaches the port can run episodes")
+    return None
 
 
 def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                threads: int = 16, episode_timeout_s: float = 600.0, max_episodes: int = 1024) -> Any:
-    """A waitress server (not yet running) serving env ``name``; ``server.table`` is its ``EpisodeTable``."""
+                insecure: bool = False, threads: int = 16, workers: int = DEFAULT_WORKERS,
+                episode_timeout_s: float | None = None, max_episodes: int = 1024, max_client_episodes: int | None = None,
+                min_free_mb: float | None = None, connection_limit: int = 100) -> Any:
+    """A waitress server (not yet running) serving env ``name``; ``server.table`` is its ``EpisodeTable``.
+
+    The env is built once here (its options checked, its ``episode_weight`` read) before anything else starts;
+    ``check_token`` then decides whether a token is required. ``workers``: processes for an env not declared
+    concurrency-safe; ``max_client_episodes`` None: ``client_cap``; the other caps: ``EpisodeTable``."""
     import waitress
 
-    from ragen.plugins.components import make_env
-
-    table = EpisodeTable(lambda: make_env(name, **options), episode_timeout_s=episode_timeout_s,
-                         max_episodes=max_episodes)
+    factory = EnvFactory(name, options)
+    try:
+        probe = factory()  # wrong options fail here, before anything listens
+    except RagenError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin failing to build its env: one line, no traceback
+        raise ConfigError(f"{name}: cannot build the env: {type(exc).__name__}: {exc}") from None
+    try:
+        token = check_token(token, name=name, host=host, weight=weight_of(type(probe)), insecure=insecure)
+    except ConfigError:
+        probe.close()
+        raise
+    weight = weight_of(type(probe))
+    table = EpisodeTable(factory, probe=probe, episode_timeout_s=episode_timeout_s, max_episodes=max_episodes,
+                         max_client_episodes=client_cap(weight, max_episodes) if max_client_episodes is None
+                         else max_client_episodes, min_free_mb=min_free_mb, workers=workers)
     try:
         server = waitress.create_server(wsgi_app(table, token), host=host, port=port, threads=threads,
-                                        max_request_body_size=MAX_BODY, channel_timeout=max(60, episode_timeout_s),
-                                        ident="ragen-env", expose_tracebacks=False)
+                                        max_request_body_size=MAX_BODY, channel_timeout=max(60.0, table.timeout_s),
+                                        connection_limit=connection_limit, ident="ragen-env", expose_tracebacks=False)
     except OSError as exc:
         table.close()
         raise ConfigError(f"--host/--port: cannot listen on {host}:{port}: {exc}") from None
@@ -350,10 +464,9 @@ def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int 
 
 
 def _start_reaper(table: EpisodeTable) -> None:
-    """A daemon thread that closes abandoned episodes even when no request comes."""
+    """A daemon thread that closes abandoned episodes even when no request comes; it ends with the table."""
     def loop() -> None:
-        while True:
-            time.sleep(max(0.5, min(60.0, table.timeout_s / 4)))
+        while not table.closed.wait(max(0.5, min(60.0, table.timeout_s / 4))):
             table.reap()
 
     threading.Thread(target=loop, name="ragen-env-reaper", daemon=True).start()

@@ -42,6 +42,7 @@ def make_component(kind: str, name: str, **options: Any) -> Any:
     component = item.factory(component_config(item, options, path=name))
     try:  # so a contract breach can name the component and its distribution in one line
         component.component_name = f"{kind} {name!r} of {item.dist}"
+        component.component_key = f"{kind}/{name}"  # where its own metrics go in metrics.jsonl
     except (AttributeError, TypeError):  # objects without a __dict__ (builtins, slots) keep their own repr
         pass
     return component

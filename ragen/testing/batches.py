@@ -132,8 +132,8 @@ def reordered(inp, order: Sequence[int]):
     changes = {}
     for field in attrs.fields(type(inp)):
         value = getattr(inp, field.name)
-        if value is None or (isinstance(value, Sequence) and not value):
-            continue
+        if value is None or isinstance(value, dict) or (isinstance(value, Sequence) and not value):
+            continue  # a dict (the component's metrics) is per call, not per row
         if hasattr(value, "shape"):  # a tensor: rows are trajectories
             import torch
 

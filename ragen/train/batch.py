@@ -10,7 +10,11 @@ import torch
 
 @attrs.define
 class Batch:
-    """Right-padded rows; ``attention_mask`` is 1 on real tokens only (padding never inferred from ids)."""
+    """Right-padded rows; ``attention_mask`` is 1 on real tokens only (padding never inferred from ids).
+
+    The tensors are [N, L]: row i is one trajectory, position j its token j. The optional ones are filled by
+    ``collate`` or by a step phase (ragen/train/trainer.py), and are None until then.
+    """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -20,7 +24,25 @@ class Batch:
     scores: torch.Tensor
     group_ids: torch.Tensor
     rollout_logprobs: torch.Tensor
-    extra: dict = attrs.Factory(dict)  # per-row tensors added later: old_logprobs, values, advantages, returns
+    #: collate: the turn index of each sampled token, -1 elsewhere (long)
+    turn_ids: torch.Tensor | None = None
+    #: collate: [N, T], each turn's reward + format penalty
+    turn_scores: torch.Tensor | None = None
+    #: collate, history-window rows only: the block of each token (packed prompts restart positions, see
+    #: ``model_attention``); None when no row is packed
+    blocks: torch.Tensor | None = None
+    #: ADVANTAGES: the log-probs of the sampled tokens under the policy that sampled them (π_old), 0 elsewhere
+    old_logprobs: torch.Tensor | None = None
+    #: ADVANTAGES: the reference policy's log-probs of the sampled tokens, when the preset needs a reference
+    ref_logprobs: torch.Tensor | None = None
+    #: ADVANTAGES: the KL-in-reward term, -beta * KL(old || ref) per sampled token, already added to ``token_rewards``
+    kl_rewards: torch.Tensor | None = None
+    #: ADVANTAGES: the critic's values of the sampled tokens (0 elsewhere), with a critic only
+    values: torch.Tensor | None = None
+    #: ADVANTAGES: the estimator's advantages, scaled by the preset's ``filter_loss_scaling``
+    advantages: torch.Tensor | None = None
+    #: ADVANTAGES: the estimator's returns, the critic's targets, with a critic only
+    returns: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -29,14 +51,15 @@ class Batch:
         """A sub-batch, trimmed to its own longest row."""
         index = torch.as_tensor(list(idx), dtype=torch.long)
         width = int(self.attention_mask[index].sum(-1).max())
-        cut = lambda t: t[index][:, :width] if t.dim() == 2 else t[index]  # noqa: E731
-        return Batch(**{f.name: cut(getattr(self, f.name)) for f in attrs.fields(Batch) if f.name != "extra"},
-                     extra={k: cut(v) for k, v in self.extra.items()})
+        return self._map(lambda t: t[index][:, :width] if t.dim() == 2 else t[index])
 
     def to(self, device: torch.device) -> Batch:
-        move = lambda t: t.to(device)  # noqa: E731
-        return Batch(**{f.name: move(getattr(self, f.name)) for f in attrs.fields(Batch) if f.name != "extra"},
-                     extra={k: move(v) for k, v in self.extra.items()})
+        return self._map(lambda t: t.to(device))
+
+    def _map(self, fn) -> Batch:
+        """A new Batch with ``fn`` applied to every tensor (the unset fields stay None)."""
+        values = {f.name: getattr(self, f.name) for f in attrs.fields(Batch)}
+        return Batch(**{k: None if v is None else fn(v) for k, v in values.items()})
 
 
 def turn_layout(traj, mask_row: torch.Tensor) -> tuple[list[int], list[float]]:
@@ -55,7 +78,7 @@ def collate(trajs: Sequence, pad_id: int, scores: Sequence[float], placement: st
     """Pad trajectories and place rewards (§2): ``trajectory`` puts the score on the last sampled token; ``turn`` puts
     each turn's reward + penalty on that turn's last sampled token (raw: normalisation does not apply, as RAGEN).
 
-    ``extra`` gets ``turn_ids`` (turn index of each sampled token, -1 elsewhere) and ``turn_scores`` ([N, T]).
+    Sets ``turn_ids`` and ``turn_scores``, and ``blocks`` when a row packs a history window.
     """
     width = max(len(t.input_ids) for t in trajs)
     n = len(trajs)
@@ -86,16 +109,16 @@ def collate(trajs: Sequence, pad_id: int, scores: Sequence[float], placement: st
             if len(sampled):
                 rewards[i, int(sampled[-1])] = float(score)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    extra = {"turn_ids": turn_ids, "turn_scores": turn_scores}
+    blocks = None
     if any(getattr(t, "blocks", None) for t in trajs):  # history window: blocks restart positions, attend to themselves
         blocks = torch.zeros(n, width, dtype=torch.long)
         for i, t in enumerate(trajs):
             for start in getattr(t, "blocks", None) or ():
                 blocks[i, start:] += 1
                 pos[i, start:] -= pos[i, start].clone()
-        extra["blocks"] = blocks
     return Batch(ids, attn, pos, mask, rewards, torch.tensor(list(scores), dtype=torch.float32),
-                 torch.tensor([t.group_id for t in trajs], dtype=torch.long), lps, extra=extra)
+                 torch.tensor([t.group_id for t in trajs], dtype=torch.long), lps,
+                 turn_ids=turn_ids, turn_scores=turn_scores, blocks=blocks)
 
 
 def model_attention(batch: Batch, module: torch.nn.Module, end: int | None = None) -> torch.Tensor:
@@ -104,7 +127,7 @@ def model_attention(batch: Batch, module: torch.nn.Module, end: int | None = Non
     itself, so padding rows stay finite): exactly what the engine saw when it sampled each block's turn.
     Boolean for sdpa/flex, additive float for eager; flash-attention-2 takes no 4D mask."""
     attn = batch.attention_mask[:, :end]
-    blocks = batch.extra.get("blocks")
+    blocks = batch.blocks
     if blocks is None:
         return attn
     config = getattr(module, "config", None) or getattr(getattr(module, "base", None), "config", None)  # critic: .base

@@ -1,5 +1,8 @@
 """Ctrl-C that loses nothing: the first SIGINT only asks the running loop to stop at its next safe point (after the
-current training step or SFT update, where it checkpoints); a second SIGINT stops at once (KeyboardInterrupt)."""
+current training step or SFT update, where it checkpoints); a second SIGINT before that point stops at once
+(KeyboardInterrupt: click's "Aborted.", exit 1). Once the stop has saved its work (``saved()``), and after the block
+while the process prints its resume line and exits, further SIGINTs are ignored: nothing is left to lose, and a
+default handler would kill the process mid-message (the exit -2 of a machine fast enough to finish the step first)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ class GracefulInterrupt:
     """
 
     def __init__(self, what: str = "the current step"):
-        self.what, self.requested, self._previous = what, False, None
+        self.what, self.requested, self.saved, self._previous = what, False, False, None
 
     def __enter__(self) -> GracefulInterrupt:
         global _active
@@ -27,19 +30,24 @@ class GracefulInterrupt:
     def __exit__(self, *exc) -> None:
         global _active
         if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+            # after a graceful stop the process is on its way out: ignore Ctrl-C rather than restore a handler that may
+            # be the default one (death by signal, no resume line)
+            signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else self._previous)
             self._previous, _active = None, None
 
     def __call__(self) -> bool:
         return self.requested
 
     def _handle(self, signum, frame) -> None:
+        from tqdm import tqdm
+
+        if self.saved:
+            tqdm.write("interrupt: already stopping; the work is saved", file=sys.stderr)
+            return
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
         # a plain line, not a log event, written around any progress bar (tqdm.write)
-        from tqdm import tqdm
-
         tqdm.write(f"interrupt: finishing {self.what}, then saving (Ctrl-C again stops at once, losing it)",
                    file=sys.stderr)
 
@@ -50,3 +58,9 @@ _active: GracefulInterrupt | None = None
 def requested() -> bool:
     """A first Ctrl-C arrived inside an active ``GracefulInterrupt`` (loops poll this at their safe points)."""
     return _active is not None and _active.requested
+
+
+def saved() -> None:
+    """The loop has saved its work after a requested stop: from now on a Ctrl-C is acknowledged, not obeyed."""
+    if _active is not None and _active.requested:
+        _active.saved = True

@@ -1,16 +1,70 @@
-"""Run outputs: the run folder, metrics.jsonl, trajectories.jsonl, wandb."""
+"""Run outputs: the run folder, metrics.jsonl, trajectories.jsonl, wandb.
+
+A run folder is data (docs/security.md): every file is written in the folder itself, never through a symbolic link
+(appends open with ``O_NOFOLLOW``; rewrites go to a new file renamed over the old one), and secrets (an env's
+``token``, any ``*password*``/``*secret*``/``*api_key*`` key) never reach ``config.yaml``, ``run.json`` or wandb."""
 
 from __future__ import annotations
 
 import json
-import logging
+import os
+import re
+import tempfile
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
-import structlog
 import yaml
+
+from ragen.log import log
+
+
+#: config keys whose values are secrets: written as REDACTED (a remote env takes its token from $RAGEN_ENV_TOKEN)
+SECRET_KEY = re.compile(r"(^|_)(token|password|passwd|secret|api_?key|credentials?)$", re.I)  # not max_tokens
+REDACTED = "<redacted>"
+
+
+def redact(data: Any) -> Any:
+    """``data`` with the value of every secret-named key replaced (an empty value stays empty: nothing to hide)."""
+    if isinstance(data, dict):
+        return {k: (REDACTED if isinstance(k, str) and SECRET_KEY.search(k) and data[k] not in (None, "") else redact(v))
+                for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(redact(v) for v in data)
+    return data
+
+
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        from ragen.errors import RagenError
+
+        raise RagenError(f"run folder file {str(path)!r} is a symbolic link; ragen writes run files only inside the run "
+                         "folder (a run folder is data: docs/security.md)")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: a new file in the same folder renamed over it, so a symbolic link at ``path`` is
+    replaced, never written through, and a crash leaves the old file or the new one, not half of either."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    """Append ``lines`` to ``path`` in the run folder; a symbolic link there is refused, not followed."""
+    _refuse_link(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:
+        _refuse_link(path)  # a link created between the check and the open
+        raise
+    with os.fdopen(fd, "a") as f:
+        f.write("".join(line + "\n" for line in lines))
 
 
 def _clean(value: Any) -> Any:
@@ -49,10 +103,11 @@ class RunWriter:
                  info: dict | None = None):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        config = redact(config)
         if not resume:  # a resumed run keeps the files of the run it continues (ragen/train/provenance.py)
-            (self.dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+            write_atomic(self.dir / "config.yaml", yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
             if info is not None:
-                (self.dir / "run.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+                write_atomic(self.dir / "run.json", json.dumps(redact(info), indent=2, default=str) + "\n")
         self._wandb = None
         if wandb:
             import wandb as wandb_lib  # imported only when asked for
@@ -62,17 +117,14 @@ class RunWriter:
 
     def metrics(self, step: int, values: dict[str, Any]) -> None:
         row = {"step": step, **{k: _clean(v) for k, v in sorted(values.items())}}
-        with open(self.dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_lines(self.dir / "metrics.jsonl", [json.dumps(row)])
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
 
     def trajectories(self, name: str, rows: list[dict]) -> None:
         if not rows:
             return
-        with open(self.dir / name, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+        append_lines(self.dir / name, [json.dumps(row) for row in rows])
         if self._wandb is not None and name == "val_trajectories.jsonl":
             self._wandb.log({"val/generations": generations_table(rows)}, step=rows[0]["step"])
 
@@ -81,8 +133,10 @@ class RunWriter:
         run writes them again), and any line a kill left torn (with a warning)."""
         for name in APPENDED_JSONL:
             path = self.dir / name
+            if path.is_symlink():
+                _refuse_link(path)
             if path.exists():
-                path.write_text("".join(line + "\n" for line in _lines_up_to(path, step)))
+                write_atomic(path, "".join(line + "\n" for line in _lines_up_to(path, step)))
 
     def close(self) -> None:
         if self._wandb is not None:

@@ -17,3 +17,40 @@ if _AT:
         return _real_step(self)
 
     _trainer.Trainer.step = _interrupted_step
+
+# RAGEN_TEST_SLOW_STEP=N: step N first waits (up to 60 s, in short sleeps a signal interrupts), so a test's Ctrl-Cs
+# land inside that step however fast the machine is
+_SLOW = os.environ.get("RAGEN_TEST_SLOW_STEP")
+if _SLOW:
+    import time as _time
+
+    import ragen.train.trainer as _slow_trainer
+
+    _plain_step = _slow_trainer.Trainer.step
+
+    def _slow_step(self):
+        if self.step_idx + 1 == int(_SLOW):
+            for _ in range(600):
+                _time.sleep(0.1)
+        return _plain_step(self)
+
+    _slow_trainer.Trainer.step = _slow_step
+
+# RAGEN_TEST_SLOW_EXIT=1: once a stopped run has saved its work, say so on stderr and linger 5 s before exiting, so a
+# test can send a Ctrl-C in that window
+if os.environ.get("RAGEN_TEST_SLOW_EXIT"):
+    import sys as _sys
+    import time as _time2
+
+    import ragen.train.interrupt as _interrupt
+
+    _plain_saved = _interrupt.saved
+
+    def _lingering_saved():
+        _plain_saved()
+        _sys.stderr.write("test: stop saved\n")
+        _sys.stderr.flush()
+        for _ in range(50):
+            _time2.sleep(0.1)
+
+    _interrupt.saved = _lingering_saved

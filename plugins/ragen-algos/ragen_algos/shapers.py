@@ -122,6 +122,16 @@ def potential_terms(traj, gamma: float) -> list[float]:
     return out
 
 
+def _report(inp: ShapeInput, terms: list[float], turns: int) -> None:
+    """The share of turns that had potentials (0: the env has none, the shaper did nothing) and their mean term."""
+    metrics = getattr(inp, "metrics", None)
+    if metrics is None or not turns:
+        return
+    metrics["turns_with_potential"] = len(terms) / turns
+    if terms:
+        metrics["term_mean"] = sum(terms) / len(terms)
+
+
 def make_potential(config: PotentialConfig):
     """Adds ``coef * (gamma * Phi(s') - Phi(s))`` to each turn's reward and the discounted sum of these terms,
     ``coef * (gamma^T Phi(s_T) - Phi(s_0))``, to the trajectory score: the optimal policy is unchanged (the terms
@@ -134,13 +144,15 @@ def make_potential(config: PotentialConfig):
         base = inp.turn_scores
         if base is None:
             base = [[t.reward + t.penalty for t in traj.turns] for traj in inp.trajectories]
-        scores, turn_scores = [], []
+        scores, turn_scores, covered = [], [], []
         for score, row, traj in zip(inp.scores, base, inp.trajectories, strict=True):
             terms = [config.coef * f for f in potential_terms(traj, config.gamma)]
             if len(row) != len(terms):
                 raise ValueError(f"turn_scores has {len(row)} turns for a trajectory of {len(terms)}")
             turn_scores.append([float(r) + f for r, f in zip(row, terms)])
             scores.append(float(score) + sum(config.gamma ** t * f for t, f in enumerate(terms)))
+            covered += [f for f, turn in zip(terms, traj.turns) if POTENTIAL_START in turn.info]
+        _report(inp, covered, sum(len(t.turns) for t in inp.trajectories))
         return ShapeOutput(scores=scores, turn_scores=turn_scores)
 
     return shape

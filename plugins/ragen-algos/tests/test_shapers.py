@@ -89,6 +89,9 @@ def test_potential_terms_and_discounted_sum():
     assert out.turn_scores == [pytest.approx([r + f for r, f in zip([-0.1, -0.1, 10.9], terms)])]
     assert out.scores == pytest.approx([10.7 + terms[0] + 0.5 * terms[1] + 0.25 * terms[2]])
     assert out.scores[0] - 10.7 == pytest.approx(0.5 ** 3 * 0.0 - -4.0)  # = gamma^T Phi(s_T) - Phi(s_0)
+    inp = ShapeInput(scores=[10.7, 0.0], group_ids=[0, 0], trajectories=[t, Traj(0.0, [PTurn(0.0, 0.0, {})])])
+    shape("potential", inp, gamma=0.5)
+    assert inp.metrics == {"turns_with_potential": 0.75, "term_mean": pytest.approx(sum(terms) / 3)}
 
 
 def test_potential_starts_from_the_previous_shapers_turn_scores_and_coef_scales_phi():

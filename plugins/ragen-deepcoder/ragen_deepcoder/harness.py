@@ -39,6 +39,12 @@ CHILD_NICE = 10
 GRACE_S = 2.0
 #: how deep a value may nest on the wire (deeper is an error, not a RecursionError)
 MAX_DEPTH = 100
+#: most values (items, keys, containers) one message may decode to; more is an error
+MAX_ELEMENTS = 1_000_000
+#: most different values of one message that may share a hash: ints that differ by multiples of 2**61 - 1 all hash
+#: alike, and a set of 100,000 of them costs a hash table 5e9 comparisons; with this bound every set or dict built from
+#: the message (by the decoder, or by the test code: ``set(f(x))``) stays linear
+MAX_SAME_HASH = 16
 
 
 # ---- values on the wire ---------------------------------------------------------------------------------------------
@@ -66,28 +72,128 @@ def _encode(value, depth=0):
 _TAGS = {"tuple": tuple, "set": set, "frozenset": frozenset}
 
 
-def _decode(data, depth=0):
-    """The plain value ``data`` encodes; ValueError for anything malformed. Only built-in types come out."""
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested too deeply")
-    if data is None or type(data) in (bool, int, float, str):
-        return data
-    if type(data) is list:
-        return [_decode(v, depth + 1) for v in data]
-    if type(data) is not dict or set(data) != {"t", "v"}:
-        raise ValueError("malformed value")
-    tag, raw = data["t"], data["v"]
-    if tag in _TAGS and type(raw) is list:
-        return _TAGS[tag](_decode(v, depth + 1) for v in raw)
-    if tag == "dict" and type(raw) is list and all(type(p) is list and len(p) == 2 for p in raw):
-        return {_decode(k, depth + 1): _decode(v, depth + 1) for k, v in raw}
-    if tag == "bytes" and type(raw) is str:
-        return bytes.fromhex(raw)
-    if tag == "complex" and type(raw) is list and len(raw) == 2:
-        return complex(float(_decode(raw[0], depth + 1)), float(_decode(raw[1], depth + 1)))
-    if tag == "float" and raw in ("nan", "inf", "-inf"):
-        return float(raw)
-    raise ValueError(f"malformed value tagged {str(tag)[:20]!r}")
+def _decode(data, deadline=None, budget=MAX_ELEMENTS):
+    """The plain value ``data`` encodes; ValueError for anything malformed. Only built-in types come out.
+
+    The data comes from the candidate, and the checker decodes it outside the sandbox: it may hold at most ``budget``
+    values, must be decoded by ``deadline`` (a monotonic time, checked per container) and may not hold more than
+    ``MAX_SAME_HASH`` different values sharing one hash (checked before any set or dict is built, and over the whole
+    value for what the test code may put in a set), so no value costs the checker more than linear time."""
+    decoder = _Decoder(deadline, budget)
+    decoder.tick(1)
+    value = decoder.decode(data, 0)
+    decoder.check_hashes(decoder.hashed)
+    return value
+
+
+#: ints strictly inside (-_HASH_MODULUS, _HASH_MODULUS) hash to themselves (-1 to -2): only bigger ones can collide
+_HASH_MODULUS = (1 << 61) - 1 if sys.hash_info.width == 64 else (1 << 31) - 1
+#: types whose hash the candidate controls (str and bytes hashes are salted per process)
+_HASH_CHOSEN = (int, float, complex, tuple, frozenset)
+
+
+class _Decoder:
+    """One value's decoding: its element budget, deadline and the values whose hashes the candidate chose."""
+
+    def __init__(self, deadline, budget):
+        self.deadline, self.left = deadline, budget
+        self.hashed = []  #: decoded numbers that may share a hash (big ints, floats...), tuples and frozensets
+
+    def tick(self, n):
+        """Count ``n`` more values against the budget; check the deadline."""
+        self.left -= n
+        if self.left < 0:
+            raise ValueError("value too large (more than %d elements)" % MAX_ELEMENTS)
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ValueError("value took too long to decode")
+
+    def decode(self, data, depth):
+        """``data``, already counted by its container."""
+        if depth > MAX_DEPTH:
+            raise ValueError("value nested too deeply")
+        kind = type(data)
+        if data is None or kind is bool or kind is str:
+            return data
+        if kind is int or kind is float:
+            self._number(data)
+            return data
+        if kind is list:
+            return self.items(data, depth)
+        if kind is not dict or set(data) != {"t", "v"}:
+            raise ValueError("malformed value")
+        value = self._tagged(data["t"], data["v"], depth)
+        if type(value) in (complex, tuple, frozenset):
+            self.hashed.append(value)
+        return value
+
+    def _number(self, v):
+        if type(v) is float or not -_HASH_MODULUS < v < _HASH_MODULUS:
+            self.hashed.append(v)
+
+    def items(self, raw, depth):
+        """The decoded items of a list (a flat list of scalars takes the fast loop)."""
+        self.tick(len(raw))
+        out = []
+        for v in raw:
+            kind = type(v)
+            if kind is int or kind is float:
+                self._number(v)
+                out.append(v)
+            elif v is None or kind is str or kind is bool:
+                out.append(v)
+            else:
+                out.append(self.decode(v, depth + 1))
+        return out
+
+    def _tagged(self, tag, raw, depth):
+        if tag in _TAGS and type(raw) is list:
+            items = self.items(raw, depth)
+            if tag != "tuple":
+                self.check_hashes(items)
+            return _TAGS[tag](items)
+        if tag == "dict" and type(raw) is list and all(type(p) is list and len(p) == 2 for p in raw):
+            self.tick(2 * len(raw))
+            pairs = [(self.decode(k, depth + 1), self.decode(v, depth + 1)) for k, v in raw]
+            self.check_hashes([k for k, _ in pairs])
+            return dict(pairs)
+        if tag == "bytes" and type(raw) is str:
+            return bytes.fromhex(raw)
+        if tag == "complex" and type(raw) is list and len(raw) == 2:
+            self.tick(2)
+            return complex(float(self.decode(raw[0], depth + 1)), float(self.decode(raw[1], depth + 1)))
+        if tag == "float" and raw in ("nan", "inf", "-inf"):
+            return float(raw)
+        raise ValueError(f"malformed value tagged {str(tag)[:20]!r}")
+
+    def check_hashes(self, values):
+        """ValueError when more than ``MAX_SAME_HASH`` different values share a hash (unhashable values and NaNs are
+        skipped). Found by sorting the hashes, not by a hash table: O(n log n + n * MAX_SAME_HASH), never quadratic."""
+        hashed, hashes = [], []
+        for v in values:
+            if type(v) in _HASH_CHOSEN and v == v:
+                try:
+                    hashes.append(hash(v))
+                except TypeError:  # a tuple holding a list
+                    continue
+                hashed.append(v)
+        # fast path: fewer repeated hashes than the bound (a set of hash values is safe: they are distinct ints)
+        if len(hashes) - len(set(hashes)) < MAX_SAME_HASH:
+            return
+        order = sorted(range(len(hashes)), key=hashes.__getitem__)
+        start = 0
+        while start < len(order):
+            end, h = start, hashes[order[start]]
+            while end < len(order) and hashes[order[end]] == h:
+                end += 1
+            if end - start > MAX_SAME_HASH:
+                distinct = []
+                for i in order[start:end]:
+                    if not any(hashed[i] == d for d in distinct):
+                        distinct.append(hashed[i])
+                        if len(distinct) > MAX_SAME_HASH:
+                            raise ValueError("value with more than %d different items of one hash" % MAX_SAME_HASH)
+                self.tick(0)
+            start = end
 
 
 def _json_normal(value, depth=0):
@@ -278,7 +384,7 @@ def _child_data(code, test, res_w):
     try:
         ns = _exec_solution(code, test["kind"])
         if test["kind"] == "functional":
-            result["value"] = _encode(_resolve(ns, test["fn_name"])(*_decode(test["args"])))
+            result["value"] = _encode(_resolve(ns, test["fn_name"])(*_decode(test["args"], budget=math.inf)))
     except BaseException as e:  # noqa: B902 - everything the program raises is a test failure
         result = _error(e)
     try:
@@ -308,7 +414,7 @@ def _child_calls(code, test, lines, msg_out):
             return
         reply = {"i": test["i"], "call": msg.get("call")}
         try:
-            reply["value"] = _encode(_resolve(ns, msg["name"])(*_decode(msg["args"])))
+            reply["value"] = _encode(_resolve(ns, msg["name"])(*_decode(msg["args"], budget=math.inf)))
         except BaseException as e:  # noqa: B902
             reply.update(_error(e))
         _send(msg_out, reply)
@@ -537,11 +643,17 @@ class _Remote:
 
 
 def _remote_exception(reply):
-    """The built-in exception class the candidate's call raised (so ``pytest.raises``-style tests work)."""
+    """The built-in exception class the candidate's call raised (so ``pytest.raises``-style tests work); a
+    control-flow exception (``StopIteration``, ``StopAsyncIteration``) comes back as a RuntimeError, as PEP 479 does
+    for generators: raised inside ``map``, ``filter`` or ``zip`` it would end the iteration quietly, and
+    ``assert all(map(f, xs))`` would pass with a candidate that raises on every call."""
     cls = getattr(builtins, str(reply.get("exc")), None)
+    error = _short(reply.get("error") or "the call failed")
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         cls = RuntimeError
-    return cls(_short(reply.get("error") or "the call failed"))
+    if issubclass(cls, (StopIteration, StopAsyncIteration)):
+        return RuntimeError(f"the candidate raised {cls.__name__}: {error}")
+    return cls(error)
 
 
 #: the checker's name for the wrapper of truth-tested calls (a dunder no test or prelude uses)
@@ -654,7 +766,7 @@ class _Session:
             if msg.get("status") == "error":
                 raise _remote_exception(msg)
             try:
-                return _decode(msg.get("value"))
+                return _decode(msg.get("value"), self.deadline)
             except (ValueError, TypeError, RecursionError, OverflowError) as e:
                 raise TypeError(f"unreadable return value: {e}") from None
 
@@ -714,7 +826,7 @@ def _data_test(session, test, t0):
     if test["kind"] == "stdio":
         return result
     try:
-        result["value"] = _json_normal(_decode(done.get("value")))
+        result["value"] = _json_normal(_decode(done.get("value"), session.deadline))
     except (ValueError, TypeError, RecursionError, OverflowError) as e:
         result = {"status": "error", "error": _short(f"return value: {e}"), "time_s": result["time_s"]}
     return result

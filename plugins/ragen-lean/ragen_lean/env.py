@@ -8,6 +8,13 @@ Rewards (RAGEN): per tactic ``step_penalty`` (-0.1), plus ``valid_step_reward`` 
 ``invalid_step_reward`` (-1) when rejected, plus ``timeout_penalty`` (-1) on a prover timeout and ``success_reward``
 (+10) on completion; reaching ``max_actions_per_episode`` tactics unsolved adds ``max_steps_penalty`` (-2) and
 truncates (**FIX**: RAGEN's 100-step limit exceeds its 30-action budget, so its -2 never fires).
+
+**FIX** (issue 26), the progress reward cannot be farmed: ``valid_step_reward`` pays only a tactic that reaches a goal
+state not seen before in the episode (``pose (x := 0). || clear x.`` alternates between two states and earns once),
+and at most ``max_progress_reward`` (5) per episode in all; the tactic that completes the proof is paid whatever is
+left of it. So every proof earns the same progress reward whatever junk it carries, and an unproved episode earns at
+most ``max_progress_reward`` < ``success_reward``: 30 tactics of fresh states (``pose proof I as h1.``, ``h2``...)
+score 5 - 3 - 2 = 0 against about +14 for a proof (RAGEN: +25 against +15.4).
 """
 
 from __future__ import annotations
@@ -79,9 +86,16 @@ class LeanConfig(EnvConfig):
     max_steps_penalty: float = option(-2.0, "Reward added when max_actions_per_episode tactics leave it unproved (RAGEN: -2).")
     reward_noop: bool = option(
         False,
-        "Whether accepted tactics that change nothing (idtac, Show, Search) earn valid_step_reward. False (FIX): they "
-        "earn only the step penalty, so a policy cannot farm them; true is RAGEN's setting (30 idtac. earn ~+25 "
-        "against ~+10 for a real proof).",
+        "Whether accepted tactics that reach no new goal state earn valid_step_reward. False (FIX): only a tactic "
+        "whose goals (hypotheses included) differ from every state seen so far in the episode earns it; no-ops "
+        "(idtac, Show) and returns to an earlier state (pose (x := 0). || clear x.) earn only the step penalty. True "
+        "is RAGEN's setting (every accepted tactic earns it: 30 idtac. earn ~+25 against ~+15 for a real proof).",
+    )
+    max_progress_reward: float | None = option(
+        5.0,
+        "Most valid_step_reward one episode earns in all; the tactic that completes the proof is paid what is left, so "
+        "every proof earns the same and tactics added to farm it earn nothing. Must stay below success_reward, so an "
+        "unproved episode never out-earns a proof. None = no cap (RAGEN).",
     )
     goals_chars: int = option(2000, "Characters of the current goals shown in the observation.")
     feedback_chars: int = option(1000, "Characters of the last prover feedback shown in the observation.")
@@ -104,6 +118,12 @@ class LeanConfig(EnvConfig):
                 raise ConfigError(f"{key}: must be >= 0, got {getattr(self, key)}")
         if self.val_size is not None and self.val_size < 0:
             raise ConfigError(f"val_size: must be >= 0 or None, got {self.val_size}")
+        cap = self.max_progress_reward
+        if cap is not None and (cap < 0 or (self.valid_step_reward > 0 and cap >= self.success_reward)):
+            raise ConfigError(
+                f"max_progress_reward: must be >= 0 and below success_reward ({self.success_reward}) so that progress "
+                f"never pays more than a proof, got {cap} (None: no cap, RAGEN)"
+            )
         super().__attrs_post_init__()
 
 
@@ -156,6 +176,7 @@ class LeanEnv(Env):
     reset_options = ("task_index",)
     name = "lean"
     procedural = False  # data-backed: initial states come from a list
+    episode_weight = attrs.evolve(Env.episode_weight, processes=1, memory_mb=280, max_open=32)  # coqtop: ~265 MB each
     config: LeanConfig
 
     def __init__(self, config: LeanConfig | None = None, render_mode: str | None = "ansi"):
@@ -174,6 +195,8 @@ class LeanEnv(Env):
         self.steps = 0
         self.log: list[tuple[str, bool]] = []  #: (tactic, accepted) per step
         self.feedback: list[tuple[str, str]] = []  #: (severity, text) of the last step
+        self.seen_states: set[str] = set()  #: goal states reached in this episode (whitespace-normalised)
+        self.progress_paid = 0.0  #: valid_step_reward paid in this episode
         # load failures depend on the prover release: the cache is keyed by it, the bundled list is for Coq 8.16.1
         version = self.backend.version() if isinstance(self.backend, CoqBackend) else None
         self._prover_key = f"{self.backend.name} {version or ''}".strip()
@@ -267,6 +290,7 @@ class LeanEnv(Env):
         index, problem, state = self._open_first_loadable(problems, start)
         self.problem, self.proof_state = problem, state
         self.steps, self.log, self.feedback = 0, [], []
+        self.seen_states, self.progress_paid = {_state_key(state.goals())}, 0.0
         self.task_id = f"lean/{self.config.backend}/{problem.source}/{problem.name}"
         return self._render(), {"task_index": index, "problem": problem.name}
 
@@ -311,7 +335,7 @@ class LeanEnv(Env):
         effective = accepted and (complete or result.goals != before)
         reward = cfg.step_penalty
         if accepted:
-            reward += cfg.valid_step_reward if (effective or cfg.reward_noop) else 0.0
+            reward += self._progress_reward(result.goals, complete)
         else:
             reward += cfg.invalid_step_reward
         if timeout:
@@ -331,6 +355,23 @@ class LeanEnv(Env):
             "prover_timeout": int(timeout),
         }
         return self._render(), float(reward), complete, truncated, info
+
+    def _progress_reward(self, goals: str, complete: bool) -> float:
+        """``valid_step_reward`` for an accepted tactic: paid for a goal state new in this episode (any accepted
+        tactic with ``reward_noop``), within ``max_progress_reward`` per episode; the proof's completion is paid the
+        rest of that cap, so a proof's progress reward does not depend on the tactics it took."""
+        cfg = self.config
+        key = _state_key(goals)
+        new = key not in self.seen_states
+        self.seen_states.add(key)
+        pay = cfg.valid_step_reward if (complete or new or cfg.reward_noop) else 0.0
+        cap = cfg.max_progress_reward
+        if cap is None or cfg.valid_step_reward <= 0:
+            return pay
+        left = max(cap - self.progress_paid, 0.0)
+        pay = left if complete else min(pay, left)
+        self.progress_paid += pay
+        return pay
 
     def _run(self, action: str) -> StepResult:
         if not action:
@@ -352,6 +393,11 @@ class LeanEnv(Env):
     def _close(self) -> None:
         self._close_proof()
         self.backend.close()
+
+
+def _state_key(goals: str) -> str:
+    """A goal display with its white space normalised: two displays with the same key are the same proof state."""
+    return " ".join(goals.split())
 
 
 def _clip(text: str, limit: int) -> str:

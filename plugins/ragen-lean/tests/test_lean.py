@@ -506,8 +506,10 @@ def test_reward_table():
         assert env.step("idtac.")[1] == pytest.approx(-0.1)  # an accepted no-op earns nothing by default
         for tactic in ADD_0_R.proof[1:-1]:
             env.step(tactic)
+        paid = env.progress_paid  # the proof is paid the rest of max_progress_reward (issue 26)
+        assert paid == pytest.approx(5.0)
         obs, reward, terminated, truncated, info = env.step(ADD_0_R.proof[-1])
-        assert reward == pytest.approx(10.9) and terminated and not truncated and info["success"]
+        assert reward == pytest.approx(9.9 + 5.0 - paid) and terminated and not truncated and info["success"]
         assert "No goals: the proof is complete." in obs
         with pytest.raises(RuntimeError):
             env.step("idtac.")
@@ -539,7 +541,7 @@ def test_idtac_farming_earns_less_than_a_real_proof():
         assert farmed == pytest.approx(30 * -0.1 - 2.0) and farmed < 0 < proof
     finally:
         env.close()
-    env = curriculum_env(reward_noop=True)  # RAGEN's setting stays available
+    env = curriculum_env(reward_noop=True, max_progress_reward=None)  # RAGEN's setting stays available
     try:
         farmed = _episode_return(env, farm)
         assert farmed == pytest.approx(30 * 0.9 - 2.0) and farmed > _episode_return(env, ADD_0_R.proof)
@@ -832,7 +834,8 @@ def test_lean4_env_over_the_protocol_layer(fake_repl, tmp_path):
         obs, info = env.reset(seed=3)
         assert info["task_id"].startswith("lean/lean4/jsonl/") and "Lean 4" in env.instructions
         steps = [env.step(t) for t in env.expert.next_actions(env, 30)]
-        assert steps[-1][4]["success"] and steps[-1][1] == pytest.approx(10.9)
+        # every proof earns the whole progress cap (5) and the success reward, less 0.1 a tactic (issue 26)
+        assert steps[-1][4]["success"] and sum(s[1] for s in steps) == pytest.approx(15 - 0.1 * len(steps))
     finally:
         env.close()
 

@@ -1,0 +1,162 @@
+"""A training run around ``Trainer.step`` (``ragen run``): the run folder, the warm start, validation before the first
+step, the steps with their validations and checkpoints, the export of the final model; or a resume from the last
+checkpoint of a run folder."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+
+import attrs
+
+from ragen import config as config_mod
+from ragen.config import RunConfig
+from ragen.envs.env_lists import run_label
+from ragen.errors import ConfigError, Interrupted, RagenError
+from ragen.log import configure_logging, log, progress
+from ragen.models import distributed as dp
+from ragen.train import interrupt
+from ragen.train.runlog import REDACTED
+from ragen.train.trainer import Trainer
+
+
+def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool | None = None) -> Path:
+    """Run (or resume) a training run; returns the run folder. ``warmstart`` True/False overrides ``warmstart.mode``."""
+    configure_logging()
+    if warmstart is not None and cfg is not None:  # recorded in config.yaml, so a resume or a rerun does the same
+        cfg = attrs.evolve(cfg, warmstart=attrs.evolve(cfg.warmstart, mode="always" if warmstart else "never"))
+    cfg, run_dir = _run_folder(cfg, resume)
+    init_model, warm_metrics = _initial_model(cfg, run_dir, resume is not None)
+    trainer = Trainer(cfg, run_dir, resume=resume is not None, init_model=init_model)
+    try:
+        _start(trainer, resume is not None, warm_metrics)
+        run_steps(trainer)
+        _finish(trainer)
+    finally:
+        trainer.close()
+    return run_dir
+
+
+def new_run_dir(cfg: RunConfig) -> Path:
+    name = cfg.logging.name or f"{run_label(cfg)}-{cfg.algo.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    path = Path(cfg.logging.run_dir) / name
+    if path.exists() and any(path.iterdir()):
+        raise ConfigError(f"logging.name: run folder {str(path)!r} exists; use `ragen run --resume {path}` or another name")
+    return path
+
+
+def _run_folder(cfg: RunConfig | None, resume: Path | None) -> tuple[RunConfig, Path]:
+    """The config and folder of the run: a resumed run's own, or a new folder that every rank agrees on."""
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder (no config.yaml)")
+        data = unredact(config_mod.read_file(run_dir / "config.yaml"))
+        return config_mod.load_config(base=data), run_dir
+    dp.init_distributed(dp.pick_device(cfg.trainer.device))  # under a launcher every rank must agree on the folder
+    return cfg, dp.broadcast_object(new_run_dir(cfg) if dp.is_main() else None)
+
+
+def unredact(data):
+    """A saved config with its redacted secrets emptied, so each one falls back to its environment variable (a remote
+    env's token to ``$RAGEN_ENV_TOKEN``) instead of being sent as the literal placeholder."""
+    if isinstance(data, dict):
+        return {k: ("" if v == REDACTED else unredact(v)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [unredact(v) for v in data]
+    return data
+
+
+def _initial_model(cfg: RunConfig, run_dir: Path, resume: bool) -> tuple[Path | None, dict]:
+    """The warm-started model folder this run starts from (None: ``model.name`` as is) and the warm start's metrics.
+
+    Rank 0 trains it or takes it from the cache (ragen/warmstart/cache.py); the other ranks wait, then load the same folder.
+    A resumed run starts from the copy in its own folder.
+    """
+    from ragen.warmstart import cache as warmstart
+
+    path = Path(run_dir) / warmstart.RUN_SUBDIR
+    if resume:
+        return (path if (path / "config.json").is_file() else None), {}
+    if not warmstart.applies(cfg):
+        return None, {}
+    metrics = warmstart.prepare(cfg, run_dir)[1] if dp.is_main() else {}
+    dp.barrier()
+    return path, metrics
+
+
+def _start(trainer: Trainer, resumed: bool, warm_metrics: dict) -> None:
+    """A resumed run loads its last checkpoint; a new one logs the warm start's metrics and validates the initial
+    policy (both as step 0)."""
+    run_dir, cfg = trainer.run_dir, trainer.cfg
+    if resumed:
+        start = trainer.load_checkpoint()
+        trainer.writer.truncate_after(start)
+        log.info("run_resumed", run_dir=str(run_dir), step=start)
+        return
+    log.info("run_started", run_dir=str(run_dir), env=run_label(cfg), algo=cfg.algo.name, model=cfg.model.name)
+    if warm_metrics:
+        trainer.writer.metrics(0, warm_metrics)
+    val = trainer.validate()
+    trainer.early_stop.after_validation(val)
+    trainer.writer.metrics(0, val)
+
+
+def run_steps(trainer: Trainer) -> None:
+    """Steps until ``trainer.steps``, an early stop, the wall-time limit or Ctrl-C; validation every ``test_freq`` steps
+    and after the last one, a checkpoint every ``save_freq`` steps and after the last one."""
+    cfg = trainer.cfg.trainer
+    t_start = time.perf_counter()
+    bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress and dp.is_main())
+    try:
+        while trainer.step_idx < cfg.steps:
+            if dp.all_reduce_sum([float(interrupt.requested())])[0]:  # every rank stops after the same step
+                trainer.interrupted = True
+                break
+            res = trainer.step()
+            step = trainer.step_idx
+            out_of_time = bool(cfg.max_steps_wall_s) and time.perf_counter() - t_start > cfg.max_steps_wall_s
+            stop = res.stop_reason
+            if step == cfg.steps or out_of_time or stop or (cfg.test_freq and step % cfg.test_freq == 0):
+                res.metrics.update(trainer.validate())
+                stop = stop or trainer.early_stop.after_validation(res.metrics)
+            trainer.writer.metrics(step, res.metrics)
+            _show(trainer, bar, res.metrics, last=bool(stop or out_of_time or step == cfg.steps))
+            if stop:
+                log.warning("early_stopped", step=step, reason=stop)
+                break
+            if out_of_time:
+                log.warning("wall_time_limit_reached", step=step, limit_s=cfg.max_steps_wall_s)
+                break
+            if cfg.save_freq and step % cfg.save_freq == 0 and step < cfg.steps:
+                trainer.save_checkpoint()
+        if trainer.saved_step != trainer.step_idx:
+            trainer.save_checkpoint()
+        if trainer.interrupted:
+            interrupt.saved()
+    finally:
+        bar.close()
+
+
+def _show(trainer: Trainer, bar, metrics: dict, last: bool) -> None:
+    """The step on the progress bar, and in report.html when ``logging.report_every`` asks (a long run watched in a
+    browser)."""
+    if trainer.cfg.logging.report_every and dp.is_main():
+        from ragen.runs.report import refresh
+
+        refresh(trainer.run_dir, trainer.step_idx, trainer.cfg.logging.report_every, final=last)
+    bar.update(1)
+    bar.set_postfix({k.split("/")[-1]: f"{metrics[k]:.3g}" for k in
+                     ("rollout/success", "reward/mean", "actor/pg_loss", "val/success") if k in metrics})
+
+
+def _finish(trainer: Trainer) -> None:
+    """Export the final model, unless Ctrl-C stopped the run; a run ended by non-finite updates then fails in one line."""
+    if trainer.interrupted:  # checkpointed, not exported: the run is unfinished
+        raise Interrupted(f"interrupted after step {trainer.step_idx}; checkpoint saved, continue with "
+                          f"`ragen run --resume {trainer.run_dir}`")
+    final = trainer.export()
+    if trainer.updater.fatal:  # checkpointed and exported: now the one-line error and a non-zero exit
+        raise RagenError(trainer.updater.fatal)
+    log.info("run_finished", run_dir=str(trainer.run_dir), final_model=str(final), steps=trainer.step_idx)

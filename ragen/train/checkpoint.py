@@ -1,0 +1,107 @@
+"""Checkpoints of a run (DeepSpeed's, one tag per step, with the trainer's own state as client state), the RNG state
+they carry, and the final model export."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ragen.errors import ConfigError, RagenError
+from ragen.log import log
+from ragen.models import distributed as dp
+
+CHECKPOINTS = "checkpoints"
+FINAL = "final"
+
+
+def rng_state() -> dict:
+    """The RNG states as plain values and tensors only, so the checkpoint loads with ``weights_only=True``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)]
+    return {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(tuple(state["python"][:1]) + (tuple(state["python"][1]),) + tuple(state["python"][2:]))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+
+
+def save(run_dir: Path, step: int, actor, critic, state: dict, keep: int) -> Path:
+    """Write tag ``step<step>`` of the actor (``state`` as its client state) and the critic (collectively, on every
+    rank), then keep the newest ``keep`` tags (0: all)."""
+    tag = f"step{step}"
+    ckpt = Path(run_dir) / CHECKPOINTS
+    actor.save_checkpoint(str(ckpt / "actor"), tag=tag, client_state=state)
+    if critic is not None:
+        critic.save_checkpoint(str(ckpt / "critic"), tag=tag)
+    _prune(ckpt, keep)
+    log.info("checkpoint_saved", step=step, path=str(ckpt))
+    return ckpt
+
+
+def _prune(ckpt: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` tags (DeepSpeed's ``latest`` names the newest)."""
+    if not keep or not dp.is_main():
+        return
+    for sub in ("actor", "critic"):
+        tags = sorted((p for p in (ckpt / sub).glob("step*") if p.is_dir() and p.name[4:].isdigit()),
+                      key=lambda p: int(p.name[4:]))
+        for old in tags[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+class WeightsOnly:
+    """A DeepSpeed checkpoint engine whose ``load`` unpickles nothing but tensors and plain values
+    (``torch.load(weights_only=True)``): a crafted checkpoint file in a copied run folder cannot run code
+    (docs/security.md). Everything else is the wrapped engine's."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def load(self, path: str, map_location=None):
+        import pickle
+
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RagenError(f"--resume: {path} holds more than weights and was not loaded (a run folder is data: "
+                             f"docs/security.md): {first}") from None
+
+
+def load(run_dir: Path, actor, critic) -> dict:
+    """Load the newest tag into the actor (and critic), weights only; returns the client state saved with it."""
+    ckpt = Path(run_dir) / CHECKPOINTS
+    for engine in (actor, critic):
+        if engine is not None and not isinstance(engine.checkpoint_engine, WeightsOnly):
+            engine.checkpoint_engine = WeightsOnly(engine.checkpoint_engine)
+    path, state = actor.load_checkpoint(str(ckpt / "actor"))
+    if path is None:
+        raise ConfigError(f"--resume: no checkpoint under {ckpt}")
+    if critic is not None:
+        critic.load_checkpoint(str(ckpt / "critic"))
+    return state
+
+
+def export(out: Path, module: torch.nn.Module, tokenizer, lora: bool) -> Path:
+    """The policy as a plain Hugging Face folder with its tokenizer (LoRA: merged, and the adapter alone in
+    ``out/adapter``); rank 0 writes it."""
+    if not dp.is_main():
+        return out
+    if lora:
+        from ragen.models.lora import export as export_lora
+
+        export_lora(module, out)
+    else:
+        module.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,198 @@
+"""What a ``Trainer`` is built from, in order: the runtime (device, threads, dtype, seeds), the components the config
+names (from the registries), the models and their DeepSpeed engines, and what runs on them (forward passes, update,
+rollout, run writer).
+
+Everything comes from the registries by the names in the config: the env variants, the algorithm preset (estimator,
+filters, shapers, loss settings, critic or not) and the action parser.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from ragen import config as config_mod
+from ragen.config import RunConfig
+from ragen.contract.algorithm import AlgorithmPreset
+from ragen.envs.env_lists import check_plan, env_names, train_plan
+from ragen.errors import ConfigError
+from ragen.models import distributed as dp
+from ragen.plugins.components import component_config, make_component, parser_thinks
+from ragen.plugins.loader import get_registry
+from ragen.rollout.engines import make_rollout_engine
+from ragen.log import log
+from ragen.train import provenance
+from ragen.train.early_stop import EarlyStopper
+from ragen.train.policy import Policy
+from ragen.train.runlog import NullWriter, RunWriter
+from ragen.train.update import Updater
+
+BUILTIN_ACTOR_LR = 1e-4  #: docs/models.md: the RL rate measured for the warm-started built-in models
+
+
+def resolve_preset(cfg: RunConfig) -> AlgorithmPreset:
+    """The algorithm preset named by ``algo.name`` with ``algo.options`` applied on top."""
+    item = get_registry("algorithm").get(cfg.algo.name)
+    preset = item.factory
+    if cfg.algo.options:
+        data = {**config_mod.converter.unstructure(preset), **cfg.algo.options}
+        preset = config_mod.structure(AlgorithmPreset, data, path="algo.options")
+    return preset
+
+
+def actor_lr(cfg: RunConfig) -> float:
+    """``trainer.actor_lr``, or its default for the model: 1e-4 for the built-in random-init sizes, 1e-5 otherwise."""
+    from ragen.models.builtin import BUILTIN_MODELS
+
+    if cfg.trainer.actor_lr is not None:
+        return cfg.trainer.actor_lr
+    return BUILTIN_ACTOR_LR if cfg.model.name in BUILTIN_MODELS else 1e-5
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@attrs.define
+class Parts:
+    """Everything a ``Trainer`` runs, built by ``build``."""
+
+    device: torch.device
+    dtype: torch.dtype
+    rank: int
+    world: int
+    preset: AlgorithmPreset
+    estimator: Any
+    filters: list  #: pre-filter, then filter (the preset's, where named)
+    shapers: list
+    tokenizer: Any
+    model_source: Any  #: where the policy's weights come from (``ragen.models.load.resolve_model``)
+    lora: bool
+    actor: Any  #: the policy's DeepSpeed engine
+    critic: Any  #: the value model's DeepSpeed engine; None without a critic
+    reference: Any  #: a frozen copy of the initial policy; None without KL, or with LoRA (the base model is it)
+    engine: Any  #: the rollout engine (HF, vLLM or the scripted expert)
+    policy: Policy
+    updater: Updater
+    rollout: Any  #: ``ragen.rollout.Rollout`` over this rank's share of the groups
+    early_stop: EarlyStopper
+    collapse: Any  #: V2 collapse diagnostics; None when off
+    writer: Any  #: the run folder's writer (rank 0), else a NullWriter
+
+
+def build(cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path | None = None) -> Parts:
+    """A run's parts; ``init_model`` (a warm-started folder) replaces ``model.name``."""
+    from ragen.models.load import resolve_dtype
+
+    device = dp.pick_device(cfg.trainer.device)
+    dp.set_threads(cfg.trainer.threads)  # before any torch work: rollout and update share it
+    dtype = resolve_dtype(cfg.model.dtype, str(device))
+    seed_everything(cfg.trainer.seed)
+    preset, env_configs, estimator, filters, shapers, parser = _components(cfg)
+    dp.init_distributed(device)
+    rank, world = dp.rank(), dp.world_size()
+    model, tokenizer, source = _policy_model(cfg, run_dir, device, dtype, init_model)
+    lora = cfg.model.lora_rank > 0
+    actor = dp.make_engine(model, lr=actor_lr(cfg), **_engine_options(cfg, dtype))
+    critic = _critic(cfg, source, device, dtype, lora) if preset.use_critic else None
+    engine = make_rollout_engine(cfg, actor.module, tokenizer, source.path, dtype)
+    reference = copy.deepcopy(model).eval().requires_grad_(False) if preset.needs_reference and not lora else None
+    policy = Policy(cfg, preset, actor, critic, reference, lora)
+    updater = Updater(cfg, preset, policy, env_configs, run_dir, world, actor_lr(cfg))
+    early_stop, collapse = EarlyStopper(cfg.early_stop), _collapse(cfg, tokenizer)
+    writer = _writer(cfg, run_dir, resume, device)
+    return Parts(device=device, dtype=dtype, rank=rank, world=world, preset=preset, estimator=estimator,
+                 filters=filters, shapers=shapers, tokenizer=tokenizer, model_source=source, lora=lora, actor=actor,
+                 critic=critic, reference=reference, engine=engine, policy=policy, updater=updater,
+                 rollout=_rollout(cfg, engine, tokenizer, parser, rank, world), early_stop=early_stop,
+                 collapse=collapse, writer=writer)
+
+
+def _components(cfg: RunConfig) -> tuple:
+    """The preset, the training envs' configs, the estimator, filters, shapers and parser, by name."""
+    preset = resolve_preset(cfg)
+    check_plan(cfg)  # every train/val env exists and takes its options
+    env_configs = [component_config(get_registry("env").get(p.name), p.options, path="env.options")
+                   for p in train_plan(cfg)]
+    estimator = make_component("estimator", preset.estimator, **preset.estimator_options)
+    filters = [make_component("filter", name, **opts) for name, opts in
+               ((preset.pre_filter, preset.pre_filter_options), (preset.filter, preset.filter_options)) if name]
+    shapers = [make_component("shaper", name, **preset.shaper_options.get(name, {})) for name in preset.shapers]
+    parser = make_component("parser", cfg.rollout.parser, **cfg.rollout.parser_options)
+    if preset.use_critic is False and preset.estimator == "gae":
+        raise ConfigError("algo.options.use_critic: the gae estimator needs a critic")
+    return preset, env_configs, estimator, filters, shapers, parser
+
+
+def _policy_model(cfg: RunConfig, run_dir: Path, device: torch.device, dtype: torch.dtype, init_model: Path | None):
+    """The policy model (LoRA adapters added when asked), its tokenizer and its source; under a launcher rank 0 writes
+    the model source first, the other ranks then read it."""
+    from ragen.models.load import load_model_and_tokenizer, resolve_model
+
+    source_dir = run_dir / "model-source"
+    if not dp.is_main():
+        dp.barrier()
+    model_name = str(init_model) if init_model is not None else cfg.model.name  # a warm start replaces the model
+    model, tokenizer = load_model_and_tokenizer(model_name, source_dir, env_names(cfg),
+                                                dtype=str(dtype).removeprefix("torch."), device=str(device),
+                                                attn_implementation=cfg.model.attn_implementation)
+    if dp.is_main():
+        dp.barrier()
+    if cfg.model.lora_rank > 0:
+        from ragen.models.lora import add_policy_adapters
+
+        model = add_policy_adapters(model, cfg.model)
+    return model, tokenizer, resolve_model(model_name, source_dir, env_names(cfg))
+
+
+def _engine_options(cfg: RunConfig, dtype: torch.dtype) -> dict:
+    """The DeepSpeed settings actor and critic share."""
+    tcfg = cfg.trainer
+    return dict(weight_decay=tcfg.weight_decay, grad_clip=tcfg.grad_clip, zero_stage=tcfg.zero_stage, dtype=dtype,
+                extra_config=dp.user_deepspeed_config(tcfg.deepspeed_config))
+
+
+def _critic(cfg: RunConfig, source, device: torch.device, dtype: torch.dtype, lora: bool):
+    from ragen.models.critic import ValueModel
+
+    value_model = ValueModel.from_causal_lm(source.path, dtype, **source.from_pretrained_kwargs()).to(device)
+    if lora:
+        from ragen.models.lora import add_critic_adapters
+
+        value_model = add_critic_adapters(value_model, cfg.model)
+    return dp.make_engine(value_model, lr=cfg.trainer.critic_lr, **_engine_options(cfg, dtype))
+
+
+def _rollout(cfg: RunConfig, engine, tokenizer, parser, rank: int, world: int):
+    from ragen.rollout import Rollout
+
+    return Rollout(engine, tokenizer, cfg, parser, shard=(rank, world))
+
+
+def _collapse(cfg: RunConfig, tokenizer):
+    """V2 collapse diagnostics, when enabled, the model reasons in <think> and sees the whole history (§9.1: full
+    context mode; a history window packs several prompts per row, which the X/Z extraction does not read)."""
+    from ragen.train.collapse import CollapseDiagnostics
+
+    if not cfg.collapse.enabled or not parser_thinks(cfg.rollout.parser, cfg.rollout.parser_options):
+        return None
+    if cfg.rollout.max_context_window:
+        log.info("collapse_disabled", reason="rollout.max_context_window packs per-turn prompts")
+        return None
+    return CollapseDiagnostics(cfg.collapse, tokenizer, cfg.trainer.seed)
+
+
+def _writer(cfg: RunConfig, run_dir: Path, resume: bool, device: torch.device):
+    if not dp.is_main():
+        return NullWriter()
+    return RunWriter(run_dir, provenance.resolved_config(cfg), wandb=cfg.logging.wandb,
+                     wandb_project=cfg.logging.wandb_project, resume=resume,
+                     info=None if resume else provenance.run_info(cfg, device))

@@ -1,0 +1,59 @@
+"""`ragen run --resume` on a copied run folder never executes code (issue 26): checkpoints load weights only."""
+
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen.errors import RagenError
+from ragen.models.distributed import init_distributed, make_engine
+from ragen.train import checkpoint
+
+
+class _Payload:
+    """What the red team put in mp_rank_00_model_states.pt: unpickling it runs a command."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "payload ran"))
+
+
+def _engine():
+    init_distributed(torch.device("cpu"))
+    torch.manual_seed(0)
+    return make_engine(torch.nn.Linear(4, 4), lr=1e-3, weight_decay=0.0, grad_clip=1.0, zero_stage=0,
+                       dtype=torch.float32)
+
+
+def test_a_real_checkpoint_round_trips_weights_only(tmp_path):
+    actor = _engine()
+    state = {"step": 3, "rng": checkpoint.rng_state(), "early_stop": {"empty": 0}, "kl_beta": 0.0, "collapse": None}
+    checkpoint.save(tmp_path, 3, actor, None, state, keep=2)
+    expected = torch.rand(3)
+    fresh = _engine()
+    loaded = checkpoint.load(tmp_path, fresh, None)
+    assert loaded["step"] == 3 and isinstance(fresh.checkpoint_engine, checkpoint.WeightsOnly)
+    checkpoint.set_rng_state(loaded["rng"])
+    assert torch.equal(torch.rand(3), expected)  # the RNG continues where the checkpoint left it
+    for a, b in zip(actor.module.parameters(), fresh.module.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_crafted_checkpoint_runs_no_code(tmp_path):
+    actor = _engine()
+    checkpoint.save(tmp_path, 1, actor, None, {"step": 1, "rng": checkpoint.rng_state()}, keep=2)
+    [states] = list((tmp_path / "checkpoints" / "actor").glob("step1/mp_rank_00_model_states.pt"))
+    marker = tmp_path / "pwned"
+    real = torch.load(states, weights_only=False)
+    real["evil"] = _Payload(marker)
+    torch.save(real, states)
+    with pytest.raises(RagenError, match="holds more than weights and was not loaded") as exc:
+        checkpoint.load(tmp_path, _engine(), None)
+    assert "\n" not in str(exc.value)
+    assert not marker.exists()
+    # the same file does run the payload under plain pickle semantics: the test's attack is real
+    torch.load(states, weights_only=False)
+    assert marker.read_text() == "payload ran"

@@ -1,0 +1,71 @@
+"""A run folder is data (issue 26): files are never written through a symbolic link, rewrites are atomic, and
+secrets never reach config.yaml, run.json or wandb."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from ragen.errors import RagenError
+from ragen.train.runlog import REDACTED, RunWriter, redact, write_atomic
+
+
+def test_secrets_are_redacted_everywhere_the_config_goes(tmp_path):
+    config = {"env": {"name": "remote", "options": {"url": "http://127.0.0.1:1", "token": "s3cret", "max_turns": 3},
+                      "train": [{"name": "remote", "options": {"token": "other", "api_key": "k"}}]},
+              "logging": {"name": "x"}}
+    writer = RunWriter(tmp_path / "run", config, info={"env": {"RAGEN_ENV_TOKEN": "s3cret", "user": "me"}})
+    text = (tmp_path / "run" / "config.yaml").read_text() + (tmp_path / "run" / "run.json").read_text()
+    assert "s3cret" not in text and "other" not in text and '"k"' not in text
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["env"]["options"] == {"url": "http://127.0.0.1:1", "token": REDACTED, "max_turns": 3}
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["env"]["user"] == "me"
+    writer.close()
+    assert redact({"token": "", "password": None}) == {"token": "", "password": None}  # nothing to hide
+    counts = {"max_tokens": 400, "micro_batch_tokens": 0, "tokenizer": "x", "hf_token": "h", "RAGEN_ENV_TOKEN": "t"}
+    assert redact(counts) == {**counts, "hf_token": REDACTED, "RAGEN_ENV_TOKEN": REDACTED}
+
+
+def test_appends_refuse_a_symbolic_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    run = tmp_path / "run"
+    writer = RunWriter(run, {})
+    (run / "metrics.jsonl").symlink_to(victim)
+    with pytest.raises(RagenError, match="metrics.jsonl' is a symbolic link"):
+        writer.metrics(1, {"loss": 0.5})
+    (run / "trajectories.jsonl").symlink_to(victim)
+    with pytest.raises(RagenError, match="symbolic link"):
+        writer.trajectories("trajectories.jsonl", [{"step": 1}])
+    assert victim.read_text() == "precious\n"
+
+
+def test_resume_truncation_never_empties_a_link_target(tmp_path):
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text('{"step": 9}\n')
+    run = tmp_path / "run"
+    writer = RunWriter(run, {})
+    writer.metrics(1, {"a": 1.0})
+    (run / "trajectories.jsonl").symlink_to(victim)
+    with pytest.raises(RagenError, match="symbolic link"):
+        writer.truncate_after(0)
+    assert victim.read_text() == '{"step": 9}\n'
+
+
+def test_write_atomic_replaces_a_link_instead_of_writing_through_it(tmp_path):
+    victim = tmp_path / "victim.yaml"
+    victim.write_text("keep: me\n")
+    link = tmp_path / "config.yaml"
+    link.symlink_to(victim)
+    write_atomic(link, "new: file\n")
+    assert not link.is_symlink() and link.read_text() == "new: file\n"
+    assert victim.read_text() == "keep: me\n"
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_resumed_config_sends_no_placeholder_as_a_secret():
+    from ragen.runs.loop import unredact
+
+    saved = {"env": {"options": {"token": REDACTED, "url": "http://x"}, "train": [{"options": {"token": REDACTED}}]}}
+    assert unredact(saved) == {"env": {"options": {"token": "", "url": "http://x"}, "train": [{"options": {"token": ""}}]}}
