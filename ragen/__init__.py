@@ -4,7 +4,7 @@ The public API plugins and users import. Importing ragen loads no plugin: entry 
 time a registry is asked for (``make_env``, ``list_envs``...).
 """
 
-from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput
+from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput, ShapeOutput
 from ragen.plugins.components import env_config_fields, list_components, list_envs, make_component, make_env
 from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option
 from ragen.errors import ConfigError, EnvError, PluginError, RagenError, RegistrationError, UnknownNameError
@@ -23,6 +23,7 @@ __all__ = [
     "FilterInput",
     "FilterResult",
     "ShapeInput",
+    "ShapeOutput",
     "ConfigError",
     "Env",
     "EnvConfig",

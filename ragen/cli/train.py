@@ -170,6 +170,11 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, parse
     if len(names) > 1:
         rows = [[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()] + [["overall", *_eval_row(metrics["overall"], k)]]
         table(["env", "success", "reward", "valid format", f"pass@{k}", "failed"], rows)
+    from ragen.runs.evaluate import state_line
+
+    for name, m in (metrics["envs"].items() if len(names) > 1 else [(names[0], metrics)]):
+        if (line := state_line(m)) is not None:
+            click.echo(f"{name}: {line}")
     click.echo(f"trajectories: {out / 'trajectories.jsonl'}\nviewer: {out / 'report.html'}")
 
 

@@ -124,9 +124,28 @@ class ShapeInput:
     env_names: Sequence[str] = option((), "list[str]: the env variant of each trajectory, e.g. 'sokoban'.")
     trajectories: Sequence[Any] = option((), "list[ragen.Trajectory]: the episodes themselves: turns (ragen.TurnRecord: "
                                              "texts, parsed answers, actions, rewards, penalties), token ids, success.")
+    turn_scores: Sequence[Sequence[float]] | None = option(
+        None, "list[list[float]] | None: the current reward of each turn of each trajectory, one entry per TurnRecord: "
+              "reward + penalty for the first shaper, the last ShapeOutput's turn_scores after that; they become "
+              "AdvantageInput.turn_scores and the turn-placed rewards. None: the caller did not pass them (a shaper "
+              "that needs them starts from the turn records).")
     metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "
                                              "trainer logs them with the step as 'shaper/<name>/<key>' in metrics.jsonl "
                                              "(finite numbers only; a component's breach is one line).")
+
+
+@attrs.frozen
+class ShapeOutput:
+    """What a shaper returns when it changes turn rewards too (a plain ``list[float]`` changes only the scores and
+    leaves the turn scores as they were)."""
+
+    scores: Sequence[float] = option(doc="list[float]: one training score per trajectory, as a plain shaper returns.")
+    turn_scores: Sequence[Sequence[float]] = option(doc="list[list[float]]: the new reward of each turn of each "
+                                                        "trajectory (same shape as ShapeInput.turn_scores).")
+
+    def __iter__(self):
+        # a caller that reads a shaper's output as a list of scores would silently drop the turn credit
+        raise TypeError("a ShapeOutput is not a list of scores: read .scores and .turn_scores (docs/plugin-hooks.md)")
 
 
 @attrs.frozen

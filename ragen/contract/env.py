@@ -92,6 +92,16 @@ class Expert:
         replaced (that turn thinks ``Exploring: trying <answer>.``)."""
         return ""
 
+    def optimal_actions(self, env: Env) -> set[str] | None:
+        """The actions (names as in ``env.action_names``) that lie on an optimal path from the env's current state,
+        or None when unknown (the default) or undefined (no action can still reach the goal). The core calls it
+        before each executed action, in the state that action is applied to, to measure whether a policy reads its
+        state: ``optimal_action_rate`` (the share of executed actions in this set) beside its chance level
+        ``|set| / |action_names|`` for the same states (docs/report.md, "State dependence"). None produces no metric, never a 0. It must
+        not change the env or the expert's plan (``next_actions`` may be called right after); cache per state if
+        the search is slow: it runs on every executed action of every rollout."""
+        return None
+
 
 @attrs.frozen(kw_only=True)
 class EpisodeWeight:
@@ -208,6 +218,16 @@ class Env(gymnasium.Env):
 
     def render(self) -> str | None:
         return self._last_obs
+
+    def potential(self) -> float | None:
+        """Phi of the current state for potential-based turn credit, or None (the default: no potential). Higher is
+        closer to the goal, e.g. minus the optimal number of moves left (Sokoban, FrozenLake). It must be finite,
+        depend only on the state (never on the step count, or the shaped credit no longer telescopes), and be 0 on
+        solved states with every other state below it, so that a solved ending always beats an unsolved one after
+        shaping. The core records it at every turn boundary (``TurnRecord.info`` ``potential_start`` /
+        ``potential_end``); the ``potential`` shaper turns it into gamma * Phi(s') - Phi(s) per turn. It must not
+        change the env."""
+        return None
 
     def close(self) -> None:
         if not self._closed:

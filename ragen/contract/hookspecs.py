@@ -49,7 +49,8 @@ def register_reward_shapers(register):
     """Register reward shapers applied to the kept trajectories' scores after filtering, before advantages.
 
     Called the first time the ``shaper`` registry is used (building a trainer).
-    ``factory(config)`` returns a callable ``shape(ragen.ShapeInput) -> list[float]`` (one score per trajectory).
+    ``factory(config)`` returns a callable ``shape(ragen.ShapeInput) -> list[float]`` (one score per trajectory), or
+    a ``ragen.ShapeOutput`` (scores and new turn scores) for a shaper that credits turns, such as ``potential``.
     """
 
 

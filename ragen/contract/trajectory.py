@@ -11,6 +11,14 @@ from ragen.contract.env import option
 
 TRUNCATION_REASONS = (None, "max_turns", "budget", "context_overflow", "env")
 
+#: ``TurnRecord.info`` keys the core adds when the env's expert can judge actions (``Expert.optimal_actions``): the
+#: turn's executed actions it judged, those it found optimal, and the sum of the judged states' chance levels
+#: (|optimal| / |action_names|). Absent, not 0, when nothing was judged (docs/report.md, "State dependence").
+ACTIONS_JUDGED, ACTIONS_OPTIMAL, ACTIONS_CHANCE = "actions_judged", "actions_optimal", "actions_chance"
+#: ``TurnRecord.info`` keys of ``Env.potential()`` before the turn's first action and after its last (both or none)
+POTENTIAL_START, POTENTIAL_END = "potential_start", "potential_end"
+DIAGNOSTIC_KEYS = (ACTIONS_JUDGED, ACTIONS_OPTIMAL, ACTIONS_CHANCE, POTENTIAL_START, POTENTIAL_END)
+
 
 @attrs.define
 class TurnRecord:
@@ -23,7 +31,10 @@ class TurnRecord:
     reward: float = option(doc="float: the env reward of the turn, summed over its actions (no penalty).")
     penalty: float = option(doc="float: the format penalty of the turn (0, or trainer.format_penalty).")
     format_ok: bool = option(doc="bool: the response matched the format, parsed >= 1 action and none was invalid.")
-    info: dict[str, float] = option(doc="dict[str, float]: numeric entries of the turn's last step info (bools as 0/1).")
+    info: dict[str, float] = option(doc="dict[str, float]: numeric entries of the turn's last step info (bools as 0/1), "
+                                        "plus the core's diagnostics where the env supports them: actions_judged, "
+                                        "actions_optimal, actions_chance (Expert.optimal_actions), potential_start, "
+                                        "potential_end (Env.potential).")
     truncated_response: bool = option(doc="bool: generation hit the response length (no EOS sampled).")
     span: tuple[int, int] = option(doc="(int, int): [start, end) of the turn's sampled ids in Trajectory.input_ids.")
     finish_reason: str = option("stop", "str: 'stop' (EOS sampled) or 'length'.")

@@ -12,6 +12,7 @@ from gymnasium.utils import env_checker as gym_checker
 
 from ragen.plugins.components import component_config, make_env
 from ragen.contract.env import INFO_BOOLS, Env
+from ragen.contract.trajectory import ACTIONS_JUDGED, ACTIONS_OPTIMAL, POTENTIAL_END
 from ragen.envs.episode import Episode
 from ragen.plugins.loader import get_registry
 
@@ -151,20 +152,38 @@ def _expert(new, expert_episodes: int, **_) -> str:
         env.reset(seed=0)
         if env.expert is None:
             return "no expert"
-        wins = 0
+        wins, judged, optimal, potentials = 0, 0.0, 0.0, 0
         for i in range(expert_episodes):
             ep = Episode(env)
             ep.reset(seed=10_000 + i)
             while not ep.done:
                 plan = env.expert.next_actions(env, env.config.max_actions_per_turn)
                 sep = f" {env.action_separator} " if env.action_separator else ""
-                ep.step_turn((sep.join(plan) if sep else plan[0]) if plan else None)
+                res = ep.step_turn((sep.join(plan) if sep else plan[0]) if plan else None)
+                judged += res.diagnostics.get(ACTIONS_JUDGED, 0.0)
+                optimal += res.diagnostics.get(ACTIONS_OPTIMAL, 0.0)
+                potentials += _check_potential(res)
             wins += ep.success
         if env.deterministic:
             _expect(wins == expert_episodes, f"expert solved {wins}/{expert_episodes} episodes of a deterministic env")
-        return f"expert solved {wins}/{expert_episodes} episodes"
+        # the expert's own moves must be among the moves its optimal_actions calls optimal, or the metric lies
+        _expect(optimal == judged, f"Expert.optimal_actions judged only {optimal:g} of the expert's own {judged:g} "
+                                   "actions optimal")
+        extra = f"; its {judged:g} judged actions all optimal" if judged else ""
+        extra += f"; potential checked at {potentials} turn ends" if potentials else ""
+        return f"expert solved {wins}/{expert_episodes} episodes" + extra
     finally:
         env.close()
+
+
+def _check_potential(res) -> int:
+    """Env.potential()'s contract at a turn end: 0 exactly on solved states, below 0 elsewhere. 1 if checked."""
+    if POTENTIAL_END not in res.diagnostics:
+        return 0
+    phi = res.diagnostics[POTENTIAL_END]
+    _expect(phi == 0.0 if res.success else phi < 0.0,
+            f"Env.potential() is {phi:g} in a {'solved' if res.success else 'unsolved'} state (0 exactly when solved)")
+    return 1
 
 
 def _close(new, **_) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput
+from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput, ShapeOutput
 from ragen.contract.env import EnvConfig, Expert
 from ragen.contract.parsing import Parsed
 from ragen.contract.trajectory import Trajectory, TurnRecord
@@ -25,8 +25,9 @@ SECTIONS: list[tuple[str, str, list[type | Callable]]] = [
     ("Environments", "register_envs: the env's config class derives from EnvConfig; env.expert is an Expert; "
      "register_variants registers a table of variants.", [EnvConfig, Expert, register_variants]),
     ("Action parsers", "register_action_parsers: parse(prefill + response) returns a Parsed.", [Parsed]),
-    ("Reward shapers", "register_reward_shapers: shape(ShapeInput) returns list[float], one score per trajectory.",
-     [ShapeInput, Trajectory, TurnRecord]),
+    ("Reward shapers", "register_reward_shapers: shape(ShapeInput) returns list[float], one score per trajectory, "
+     "or a ShapeOutput (scores and turn scores) for a shaper that credits turns.",
+     [ShapeInput, ShapeOutput, Trajectory, TurnRecord]),
     ("Advantage estimators", "register_advantage_estimators: estimate(AdvantageInput) returns an AdvantageOutput.",
      [AdvantageInput, AdvantageOutput]),
     ("Rollout filters", "register_rollout_filters: apply(FilterInput) returns a FilterResult.",

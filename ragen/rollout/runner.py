@@ -31,7 +31,8 @@ from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, default_factory
 from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks, run_job
-from ragen.contract.trajectory import Trajectory, TurnRecord
+from ragen.contract.trajectory import (ACTIONS_CHANCE, ACTIONS_JUDGED, ACTIONS_OPTIMAL, DIAGNOSTIC_KEYS, Trajectory,
+                                      TurnRecord)
 
 
 TRUNCATION_KEYS = ("max_turns", "budget", "context_overflow", "env")
@@ -299,7 +300,7 @@ def _apply(
     answer = parsed.answer if parsed.matched else None
     ep = run.episode
     res = ep.step_turn(answer)
-    reward, info = _finite_reward(ep.env, res.reward, _numeric_info(res.info))
+    reward, info = _finite_reward(ep.env, res.reward, {**_numeric_info(res.info), **res.diagnostics})
     if parse_error is not None:
         info = {**info, PARSER_ERROR_FLAG: 1.0}
     run.traj.turns.append(
@@ -372,6 +373,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
     }
     for key in TRUNCATION_KEYS:
         m[f"truncated/{key}"] = float(sum(t.truncation_reason == key for t in trajs))
+    m.update(state_dependence(trajs))
     by_env: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajs:
         by_env[t.env_name].append(t)
@@ -384,8 +386,34 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
                 for key, value in turn.info.items():
                     values[key].append(value)
         for key, vals in values.items():
-            if key not in ("success", "score", NONFINITE_FLAG, PARSER_ERROR_FLAG):
+            if key not in ("success", "score", NONFINITE_FLAG, PARSER_ERROR_FLAG, *DIAGNOSTIC_KEYS):
                 m[f"{name}/{key}"] = _mean(vals)
+        m.update({f"{name}/{k}": v for k, v in state_dependence(group).items()})
+    return m
+
+
+def first_answer(traj: Trajectory) -> str | None:
+    """The first turn's parsed answer without whitespace and case (``Up || Left`` = ``up||left``), None if it had none."""
+    answer = traj.turns[0].answer if traj.turns else None
+    return None if answer is None else "".join(answer.split()).lower()
+
+
+def state_dependence(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Whether a policy reads its state (docs/report.md, "State dependence"): ``optimal_action_rate``, the share of executed actions the
+    env's expert judged optimal in the state they were applied to, beside ``optimal_action_chance``, what a uniformly
+    random choice among the action names scores on the same states (both only where the expert could judge: absent,
+    not 0, otherwise); and ``distinct_first_answers``, how many different first answers the episodes gave (a policy
+    that ignores the state gives one answer on every level at low temperature)."""
+    turns = [t for tr in trajs for t in tr.turns]
+    judged = sum(t.info.get(ACTIONS_JUDGED, 0.0) for t in turns)
+    m: dict[str, float] = {}
+    if judged > 0:
+        m["optimal_action_rate"] = sum(t.info.get(ACTIONS_OPTIMAL, 0.0) for t in turns) / judged
+        m["optimal_action_chance"] = sum(t.info.get(ACTIONS_CHANCE, 0.0) for t in turns) / judged
+        m["judged_actions"] = judged
+    firsts = {first_answer(t) for t in trajs} - {None}
+    if any(t.turns for t in trajs):
+        m["distinct_first_answers"] = float(len(firsts))
     return m
 
 

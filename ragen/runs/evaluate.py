@@ -67,7 +67,24 @@ def _summary(trajs: list, k: int, failed: int) -> dict:
     for t in trajs:
         by_group[(t.env_name, t.group_id)].append(t.success)
     return {"success_rate": m["success"], "reward_mean": m["score"], "valid_format_rate": m["valid_format_rate"],
-            f"pass@{k}": sum(any(v) for v in by_group.values()) / max(len(by_group), 1), "failed_envs": failed}
+            f"pass@{k}": sum(any(v) for v in by_group.values()) / max(len(by_group), 1), "failed_envs": failed,
+            **{key: m[key] for key in STATE_KEYS if key in m}, "levels": len(by_group)}
+
+
+#: the state-dependence metrics of ``rollout_metrics`` an eval reports (absent where the env's expert cannot judge)
+STATE_KEYS = ("optimal_action_rate", "optimal_action_chance", "judged_actions", "distinct_first_answers")
+
+
+def state_line(m: dict) -> str | None:
+    """One line saying whether the policy reads its state: its optimal-move rate beside chance on the same states,
+    and how many different first answers it gave over the levels; None without those metrics."""
+    parts = []
+    if "optimal_action_rate" in m:
+        parts.append(f"optimal moves {100 * m['optimal_action_rate']:.1f}% (chance on the same states "
+                     f"{100 * m['optimal_action_chance']:.1f}%, {int(m['judged_actions'])} actions)")
+    if "distinct_first_answers" in m:
+        parts.append(f"{int(m['distinct_first_answers'])} distinct first answers over {m.get('levels', '?')} levels")
+    return "state dependence: " + "; ".join(parts) if parts else None
 
 
 def _failed_by_env(errors: list[str], names: list[str]) -> dict[str, int]:

@@ -17,6 +17,8 @@ from ragen.errors import ConfigError, RagenError, did_you_mean
 #: the curves RL researchers judge a run by (issue 15); the report draws those present in a run
 KEY_METRICS = (
     "rollout/success",
+    "rollout/optimal_action_rate",
+    "rollout/distinct_first_answers",
     "reward/mean",
     "reward/group_std",
     "actor/entropy",
@@ -27,7 +29,12 @@ KEY_METRICS = (
 )
 #: a training metric and the validation metric drawn on the same panel as markers
 VAL_PAIRS = {"rollout/success": "val/success", "rollout/score": "val/score",
-             "rollout/valid_format_rate": "val/valid_format_rate"}
+             "rollout/valid_format_rate": "val/valid_format_rate",
+             "rollout/optimal_action_rate": "val/optimal_action_rate",
+             "rollout/distinct_first_answers": "val/distinct_first_answers"}
+#: reference lines drawn on a metric's panel, (training, validation): a rate means little without its chance level
+REFERENCES = {"rollout/optimal_action_rate": ("rollout/optimal_action_chance", "val/optimal_action_chance"),
+              "val/optimal_action_rate": (None, "val/optimal_action_chance")}
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
 
@@ -96,6 +103,7 @@ def draw(ax, runs: dict[str, list[dict]], metric: str) -> None:
             vs, vv = series(rows, val)
             ax.plot(vs, vv, color=color, marker="D", markersize=5, linestyle=":", linewidth=1,
                     label=f"{name} ({val})")
+        _draw_references(ax, rows, metric, color, name)
         for step, label in events(rows):
             ax.axvline(step, color=color, linestyle="--", linewidth=0.8, alpha=0.7)
             ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
@@ -107,6 +115,19 @@ def draw(ax, runs: dict[str, list[dict]], metric: str) -> None:
     ax.grid(alpha=0.3)
     if len(runs) > 1 or val:
         ax.legend(fontsize=7)
+
+
+def _draw_references(ax, rows: list[dict], metric: str, color: str, name: str) -> None:
+    """The chance level of ``metric`` (``REFERENCES``) as thin dashed lines in the run's colour: a policy that
+    ignores its state draws its curve on top of them."""
+    train, val = REFERENCES.get(metric, (None, None))
+    for key, style in ((train, "--"), (val, ":")):
+        if key is None:
+            continue
+        steps, values = series(rows, key)
+        if steps:
+            ax.plot(steps, values, color=color, linestyle=style, linewidth=0.9, alpha=0.6, marker="x" if style == ":"
+                    else None, markersize=4, label=f"{name} chance ({key})")
 
 
 def figure(runs: dict[str, list[dict]], metrics: list[str], ncols: int = 2, panel: tuple[float, float] = (5.0, 3.2)):

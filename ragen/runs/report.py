@@ -249,6 +249,82 @@ def _collapse_html(runs: list[dict], curves: dict[str, list[dict]]) -> str:
             f"<ul>{regimes}</ul><div class=grid>{_panels(curves, keys)}{planes}</div>")
 
 
+# ---- state dependence (issue 24) -------------------------------------------------------------------------------------
+STATE_KEYS = ("optimal_action_rate", "optimal_action_chance", "judged_actions", "distinct_first_answers")
+
+
+def _state_of(flat: dict, prefix: str) -> dict | None:
+    """The state-dependence numbers under ``prefix`` ('' for an eval, 'val/' or 'val/<env>/' for a run), or None."""
+    found = {k: flat.get(prefix + k) for k in STATE_KEYS}
+    return found if any(v is not None for v in found.values()) else None
+
+
+def state_rows(run: dict) -> list[tuple[str, dict]]:
+    """(label, numbers) per env of a run's last validation (or of an eval folder), overall first."""
+    ev = run["eval"]
+    if ev is not None:
+        envs = ev.get("envs") or {}
+        pairs = [("all envs", ev.get("overall") or {})] if envs else [(ev.get("env", "env"), ev)]
+        pairs += list(envs.items())
+        return [(label, st) for label, m in pairs if (st := _state_of(m, "")) is not None]
+    last = next((r for r in reversed(run["metrics"]) if _state_of(r, "val/")), None)
+    if last is None:
+        return []
+    envs = sorted({k.split("/")[1] for k in last if k.startswith("val/") and k.count("/") == 2
+                   and k.endswith("/distinct_first_answers")})
+    rows = [(f"step {last['step']}", _state_of(last, "val/"))]
+    return rows + [(f"step {last['step']} {e}", st) for e in envs if len(envs) > 1 and (st := _state_of(last, f"val/{e}/"))]
+
+
+def verdict(st: dict) -> str:
+    """At a glance: is the optimal-move rate above its chance level by more than two binomial standard errors?"""
+    rate, chance, n = st.get("optimal_action_rate"), st.get("optimal_action_chance"), st.get("judged_actions") or 0
+    notes = []
+    if rate is not None and chance is not None and n > 0:
+        se = max((chance * (1 - chance) / n) ** 0.5, 1e-9)
+        notes.append("reads the state" if rate > chance + 2 * se else
+                     "below chance" if rate < chance - 2 * se else "at chance: ignores the state?")
+    if st.get("distinct_first_answers") == 1:
+        notes.append("one first answer for every level")
+    return "; ".join(notes)
+
+
+def _state_html(runs: list[dict]) -> str:
+    rows = [(r["name"], label, st) for r in runs for label, st in state_rows(r)]
+    if not rows:
+        return ("<p>No state-dependence metrics (the env's expert does not implement optimal_actions, or no "
+                "validation ran yet).</p>")
+
+    def num(x, pct=True):
+        return "-" if x is None else f"{100 * x:.1f}%" if pct else f"{int(x)}"
+
+    body = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(lb)}</td>"
+                   f"<td class=num>{num(st['optimal_action_rate'])}</td><td class=num>{num(st['optimal_action_chance'])}</td>"
+                   f"<td class=num>{num(st['judged_actions'], False)}</td>"
+                   f"<td class=num>{num(st['distinct_first_answers'], False)}</td><td>{html.escape(verdict(st))}</td></tr>"
+                   for n, lb, st in rows)
+    table = ("<table class=state><tr><th>run</th><th>validation</th><th>optimal moves</th><th>chance</th>"
+             f"<th>judged actions</th><th>distinct first answers</th><th>verdict</th></tr>{body}</table>")
+    bars = [(f"{n} {lb}", st) for n, lb, st in rows if st["optimal_action_rate"] is not None]
+    return table + (f"<figure class=curve data-metric=state-dependence>{plot.to_svg(_state_bars(bars))}</figure>"
+                    if bars else "")
+
+
+def _state_bars(bars: list[tuple[str, dict]]):
+    """Optimal-move rate per run and env as bars, each with its chance level as a black tick."""
+    height = 1.0 + 0.4 * len(bars)
+    fig, ax = plot.panel_figure((6.0, height))
+    fig.subplots_adjust(left=0.4, bottom=0.45 / height, top=1 - 0.3 / height)  # room for "run step N env" labels
+    ys = list(range(len(bars)))
+    ax.barh(ys, [st["optimal_action_rate"] for _, st in bars], color=plot.COLORS[0])
+    ax.scatter([st["optimal_action_chance"] for _, st in bars], ys, marker="|", s=300, color="black", zorder=3)
+    ax.set_yticks(ys, [label for label, _ in bars], fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_title("optimal moves (bars) vs chance on the same states (ticks)", fontsize=9)
+    ax.tick_params(labelsize=8)
+    return fig
+
+
 def _data_json(runs: list[dict]) -> str:
     data = [{"name": r["name"], "strings": r["strings"], "trajectories": r["trajectories"]} for r in runs]
     # '</' and '<!--' would end or confuse the script element; JSON allows the escaped forms
@@ -267,6 +343,7 @@ def render(runs: list[dict]) -> str:
                         f"{len(r['trajectories'])} trajectories)</li>" for r in runs),
         "CURVES": _panels(curves, metrics) if metrics else "<p>No training curves (an eval folder, or no step trained yet).</p>",
         "COLLAPSE": _collapse_html(runs, curves) if curves else "<p>No training metrics.</p>",
+        "STATE": _state_html(runs),
         "SUMMARY": "".join(_summary_html(r) for r in runs),
         "CONFIG": "".join(f"<details><summary>{html.escape(r['name'])}/config.yaml</summary><pre>"
                           f"{html.escape(r['config'] or '(none)')}</pre></details>" for r in runs),

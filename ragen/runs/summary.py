@@ -11,6 +11,9 @@ from pathlib import Path
 
 from ragen.runs.plot import read_jsonl
 
+#: validation metrics that say whether the policy reads its state (ragen.rollout.runner.state_dependence)
+STATE_KEYS = ("optimal_action_rate", "optimal_action_chance", "distinct_first_answers")
+
 
 def _se(p: float, n: float) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n > 0 else float("nan")
@@ -37,7 +40,8 @@ def run_summary(run_dir: str | Path) -> dict:
         if row is not None:
             p, n = row["val/success"], row.get("val/num_trajectories", 0.0)
             out[name] = {"step": row["step"], "success": p, "n": n, "se": _se(p, n),
-                         "valid_format_rate": row.get("val/valid_format_rate"), "score": row.get("val/score")}
+                         "valid_format_rate": row.get("val/valid_format_rate"), "score": row.get("val/score"),
+                         **{key: row.get(f"val/{key}") for key in STATE_KEYS}}
     if before is not None and after is not None:
         change = out["after"]["success"] - out["before"]["success"]
         out["change"] = change
@@ -65,4 +69,21 @@ def format_summary(s: dict) -> str:
     if "change" in s:
         z = s["change"] / s["change_se"] if s["change_se"] > 0 else float("nan")
         lines.append(f"  change: {100 * s['change']:+.1f} points ± {100 * s['change_se']:.1f} (s.e.; {z:+.1f} s.e.)")
+    lines += _state_lines(s)
     return "\n".join(lines)
+
+
+def _state_lines(s: dict) -> list[str]:
+    """Optimal moves beside chance and distinct first answers, before and after RL: a policy that ignores its state
+    sits at chance with one first answer whatever its success."""
+    lines = []
+    for name, label in (("before", "before RL"), ("after", "after RL ")):
+        v = s.get(name) or {}
+        parts = []
+        if v.get("optimal_action_rate") is not None:
+            parts.append(f"optimal moves {_pct(v['optimal_action_rate'])} (chance {_pct(v.get('optimal_action_chance'))})")
+        if v.get("distinct_first_answers") is not None:
+            parts.append(f"{int(v['distinct_first_answers'])} distinct first answers over {int(v['n'])} episodes")
+        if parts:
+            lines.append(f"  reads the state {label}: " + "; ".join(parts))
+    return lines

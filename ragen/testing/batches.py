@@ -66,6 +66,7 @@ def _trajectory(outcome: random.Random, env: str, group: int, member: int, token
         return start, len(ids)
 
     add("prompt", tokens.randint(3, 8), False)
+    phi = -3.0  # Env.potential() at the turn boundaries, as the core records it: a well-formed turn gets one closer
     for t in range(outcome.randint(1, 3)):
         if t:
             add("delta", tokens.randint(2, 5), False)
@@ -74,8 +75,10 @@ def _trajectory(outcome: random.Random, env: str, group: int, member: int, token
         reward = outcome.choice((0.0, 0.0, 1.0, -0.1, 0.5)) if ok else 0.0
         turns.append(TurnRecord(response_text="<think>...</think><answer>Up</answer>" if ok else "Up",
                                 answer="Up" if ok else None, executed=["Up"] if ok else [], invalid=[], reward=reward,
-                                penalty=0.0 if ok else -0.1, format_ok=ok, info={"success": 0.0},
+                                penalty=0.0 if ok else -0.1, format_ok=ok, info={"success": 0.0, "potential_start": phi,
+                                                                               "potential_end": phi + float(ok)},
                                 truncated_response=False, span=span))
+        phi += float(ok)
     success = outcome.random() < 0.3
     return Trajectory(env_name=env, seed=1000 + group, group_id=group, rollout_index=member, split="train",
                       policy_version=0, input_ids=ids, loss_mask=mask, rollout_logprobs=logprobs, segments=segments,
@@ -87,7 +90,7 @@ def shape_input(trajs: Sequence[Trajectory], scores: Sequence[float] | None = No
     """What the trainer hands the first shaper: the raw scores of the kept trajectories."""
     return ShapeInput(scores=[t.score for t in trajs] if scores is None else list(scores),
                       group_ids=[t.group_id for t in trajs], env_names=[t.env_name for t in trajs],
-                      trajectories=list(trajs))
+                      trajectories=list(trajs), turn_scores=[[x.reward + x.penalty for x in t.turns] for t in trajs])
 
 
 def filter_input(trajs: Sequence[Trajectory], *, entropies: bool = False, seed: int = 0) -> FilterInput:

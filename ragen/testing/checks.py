@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ragen.contract.algorithm import AdvantageOutput, FilterResult
+from ragen.contract.algorithm import AdvantageOutput, FilterResult, ShapeOutput
 from ragen.contract.parsing import Parsed
 from ragen.envs.checker import Check, CheckFailed
 from ragen.plugins.components import component_config, make_component, parser_thinks
@@ -152,6 +152,8 @@ def _parser_linear_time(new, name, options) -> str:
 
 # ---- shapers ---------------------------------------------------------------------------------------------------------
 def _scores(out: Any, n: int, where: str) -> list[float]:
+    if isinstance(out, ShapeOutput):  # a shaper that credits turns: its scores are checked like a plain shaper's
+        out = out.scores
     try:
         scores = list(out)
     except TypeError:
@@ -166,8 +168,21 @@ def _scores(out: Any, n: int, where: str) -> list[float]:
 def _shaper_scores(new, **_) -> str:
     shape = new()
     for label, trajs in scenarios().items():
-        _scores(shape(shape_input(trajs)), len(trajs), label)
-    return f"one finite score per trajectory on {len(scenarios())} batches"
+        out = shape(shape_input(trajs))
+        _scores(out, len(trajs), label)
+        if isinstance(out, ShapeOutput):
+            _turn_scores(out.turn_scores, trajs, label)
+    return f"one finite score per trajectory (and per turn, for a ShapeOutput) on {len(scenarios())} batches"
+
+
+def _turn_scores(rows: Any, trajs: list, where: str) -> None:
+    """A ShapeOutput's turn scores: one row per trajectory, one finite number per turn record."""
+    rows = list(rows)
+    _expect(len(rows) == len(trajs), f"{where}: {len(rows)} turn-score rows for {len(trajs)} trajectories")
+    for row, t in zip(rows, trajs):
+        _expect(len(row) == len(t.turns), f"{where}: {len(row)} turn scores for {len(t.turns)} turns")
+        _expect(all(isinstance(x, numbers.Real) and math.isfinite(float(x)) for x in row),
+                f"{where}: a turn score is not a finite number")
 
 
 def _snapshot(inp: Any) -> Any:

@@ -24,6 +24,7 @@ def register_advantage_estimators(register):
 def register_reward_shapers(register):
     register("reward-norm", shapers.make_reward_norm, config=shapers.RewardNormConfig)
     register("format-penalty", shapers.make_format_penalty, config=shapers.FormatPenaltyConfig)
+    register("potential", shapers.make_potential, config=shapers.PotentialConfig)
 
 
 @hookimpl

@@ -1,7 +1,8 @@
 """Reward shapers (algorithms.md §2-§3): turn the kept trajectories' scores into training scores.
 
 Shapers run after filtering (filters always see raw rewards) and before placement and advantages. Turn-level scores
-are not a shaper but a placement: ``algo.options.reward_placement=turn``.
+are not a shaper but a placement: ``algo.options.reward_placement=turn``; the ``potential`` shaper changes them too
+(it returns a ``ragen.ShapeOutput``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from ragen import ShapeInput, option
+from ragen import ShapeInput, ShapeOutput, option
 
 METHODS = ("identity", "mean", "mean_std", "asym_clip")
 GROUPINGS = ("group", "variant", "batch")
@@ -85,5 +86,73 @@ def make_format_penalty(config: FormatPenaltyConfig):
             raise ValueError("format-penalty needs ShapeInput.trajectories")
         return [s - t.penalty + config.coef * sum(not turn.format_ok for turn in t.turns)
                 for s, t in zip(inp.scores, inp.trajectories, strict=True)]
+
+    return shape
+
+
+def _between(lo: float, hi: float):
+    def check(inst, attribute, value):
+        if not lo <= value <= hi:
+            raise ValueError(f"{attribute.name}: must be in [{lo}, {hi}], got {value}")
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class PotentialConfig:
+    """Potential-based turn credit (Ng, Harada & Russell 1999) from ``Env.potential()`` (issue 24)."""
+
+    gamma: float = option(1.0, "Discount between turns in gamma * Phi(s') - Phi(s): the estimator's discount between "
+                               "turns (bi-level-gae: high_level_gamma; turn-gae with gamma 1: 1.0). With 1.0 the terms "
+                               "telescope exactly: a loop earns nothing.", validator=_between(0.0, 1.0))
+    coef: float = option(1.0, "Scale of Phi relative to the env reward (Phi is minus moves left for Sokoban and "
+                              "FrozenLake; c * Phi is a potential too).", validator=_between(0.0, 1e6))
+
+
+POTENTIAL_START, POTENTIAL_END = "potential_start", "potential_end"  # ragen.contract.trajectory's TurnRecord.info keys
+
+
+def potential_terms(traj, gamma: float) -> list[float]:
+    """``gamma * Phi(s_end) - Phi(s_start)`` of each turn; 0 for a turn without recorded potentials (an env without
+    ``potential()``, or a state it could not evaluate)."""
+    out = []
+    for turn in traj.turns:
+        start, end = turn.info.get(POTENTIAL_START), turn.info.get(POTENTIAL_END)
+        out.append(0.0 if start is None or end is None else gamma * end - start)
+    return out
+
+
+def _report(inp: ShapeInput, terms: list[float], turns: int) -> None:
+    """The share of turns that had potentials (0: the env has none, the shaper did nothing) and their mean term."""
+    metrics = getattr(inp, "metrics", None)
+    if metrics is None or not turns:
+        return
+    metrics["turns_with_potential"] = len(terms) / turns
+    if terms:
+        metrics["term_mean"] = sum(terms) / len(terms)
+
+
+def make_potential(config: PotentialConfig):
+    """Adds ``coef * (gamma * Phi(s') - Phi(s))`` to each turn's reward and the discounted sum of these terms,
+    ``coef * (gamma^T Phi(s_T) - Phi(s_0))``, to the trajectory score: the optimal policy is unchanged (the terms
+    telescope), but each turn is credited for the progress it made. For turn-level estimators (turn-gae,
+    bi-level-gae with turn_rewards, reward_placement=turn); list it first, before reward-norm."""
+
+    def shape(inp: ShapeInput) -> ShapeOutput:
+        if len(inp.trajectories) != len(inp.scores):
+            raise ValueError("potential needs ShapeInput.trajectories")
+        base = inp.turn_scores
+        if base is None:
+            base = [[t.reward + t.penalty for t in traj.turns] for traj in inp.trajectories]
+        scores, turn_scores, covered = [], [], []
+        for score, row, traj in zip(inp.scores, base, inp.trajectories, strict=True):
+            terms = [config.coef * f for f in potential_terms(traj, config.gamma)]
+            if len(row) != len(terms):
+                raise ValueError(f"turn_scores has {len(row)} turns for a trajectory of {len(terms)}")
+            turn_scores.append([float(r) + f for r, f in zip(row, terms)])
+            scores.append(float(score) + sum(config.gamma ** t * f for t, f in enumerate(terms)))
+            covered += [f for f, turn in zip(terms, traj.turns) if POTENTIAL_START in turn.info]
+        _report(inp, covered, sum(len(t.turns) for t in inp.trajectories))
+        return ShapeOutput(scores=scores, turn_scores=turn_scores)
 
     return shape

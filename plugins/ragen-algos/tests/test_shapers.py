@@ -63,4 +63,60 @@ def test_bad_option_names_the_key():
 test_shaper_contract = component_contract_tests("shaper", [
     "reward-norm", "format-penalty", ("reward-norm", {"grouping": "variant", "method": "asym_clip"}),
     ("reward-norm", {"grouping": "batch", "method": "mean"}), ("format-penalty", {"coef": -0.5}),
+    "potential", ("potential", {"gamma": 0.9, "coef": 0.5}),
 ])
+
+
+# ---- potential: gamma * Phi(s') - Phi(s) per turn ------------------------------------------------------------------
+@attrs.define
+class PTurn:
+    reward: float
+    penalty: float
+    info: dict
+
+
+def ptraj(*phis, rewards=None):
+    """A trajectory whose turns move through the potentials ``phis`` (turn t: phis[t] -> phis[t+1])."""
+    rewards = rewards or [0.0] * (len(phis) - 1)
+    turns = [PTurn(r, 0.0, {"potential_start": a, "potential_end": b}) for r, a, b in zip(rewards, phis, phis[1:])]
+    return Traj(0.0, turns)
+
+
+def test_potential_terms_and_discounted_sum():
+    t = ptraj(-4.0, -2.0, -2.0, 0.0, rewards=[-0.1, -0.1, 10.9])
+    out = shape("potential", ShapeInput(scores=[10.7], group_ids=[0], trajectories=[t]), gamma=0.5)
+    terms = [0.5 * -2.0 + 4.0, 0.5 * -2.0 + 2.0, 0.5 * 0.0 + 2.0]
+    assert out.turn_scores == [pytest.approx([r + f for r, f in zip([-0.1, -0.1, 10.9], terms)])]
+    assert out.scores == pytest.approx([10.7 + terms[0] + 0.5 * terms[1] + 0.25 * terms[2]])
+    assert out.scores[0] - 10.7 == pytest.approx(0.5 ** 3 * 0.0 - -4.0)  # = gamma^T Phi(s_T) - Phi(s_0)
+    inp = ShapeInput(scores=[10.7, 0.0], group_ids=[0, 0], trajectories=[t, Traj(0.0, [PTurn(0.0, 0.0, {})])])
+    shape("potential", inp, gamma=0.5)
+    assert inp.metrics == {"turns_with_potential": 0.75, "term_mean": pytest.approx(sum(terms) / 3)}
+
+
+def test_potential_starts_from_the_previous_shapers_turn_scores_and_coef_scales_phi():
+    t = ptraj(-3.0, -1.0)
+    out = shape("potential", ShapeInput(scores=[1.0], group_ids=[0], trajectories=[t], turn_scores=[[5.0]]), coef=0.5)
+    assert out.turn_scores == [[pytest.approx(6.0)]] and out.scores == [pytest.approx(2.0)]
+    with pytest.raises(ValueError, match="turn"):
+        shape("potential", ShapeInput(scores=[1.0], group_ids=[0], trajectories=[t], turn_scores=[[5.0, 1.0]]))
+
+
+def test_potential_loop_earns_nothing_at_gamma_1_and_a_bounded_bias_below():
+    """Farming: A -> B -> A -> B -> A: 0 at gamma 1; at gamma < 1 at most (1 - gamma^T) |Phi(A)|, less than
+    walking to the goal from A (|Phi(A)| + the env's reward)."""
+    loop, solve = ptraj(-3.0, -2.0, -3.0, -2.0, -3.0), ptraj(-3.0, -2.0, -1.0, 0.0)
+    for gamma in (1.0, 0.9):
+        out = shape("potential", ShapeInput(scores=[0.0, 0.0], group_ids=[0, 0], trajectories=[loop, solve]), gamma=gamma)
+        gain, solved = out.scores
+        if gamma == 1.0:
+            assert gain == 0.0 and solved == 3.0
+        else:
+            assert 0.0 < gain <= (1 - gamma ** 4) * 3.0 + 1e-12 and gain < solved
+
+
+def test_potential_keys_are_the_cores():
+    from ragen.contract import trajectory
+    from ragen_algos import shapers
+
+    assert (shapers.POTENTIAL_START, shapers.POTENTIAL_END) == (trajectory.POTENTIAL_START, trajectory.POTENTIAL_END)

@@ -16,7 +16,8 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
 
 from ragen import ConfigError, Env, EnvConfig, Expert, option
 from ragen_frozenlake.mapgen import GOAL, HOLE, LakeMap, generate_map
-from ragen_frozenlake.solver import ACTIONS, greedy_action, shortest_path, transition_matrix
+from ragen_frozenlake.solver import (ACTIONS, goal_distances, greedy_action, greedy_actions, shortest_path,
+                                    shortest_path_actions, transition_matrix)
 
 OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
 
@@ -117,6 +118,13 @@ class ShortestPathExpert(Expert):
     def next_actions(self, env: "FrozenLakeEnv", k: int) -> list[str]:
         return self.plan(env)[: max(k, 0)]
 
+    def optimal_actions(self, env: "FrozenLakeEnv") -> set[str] | None:
+        """Every action that starts a shortest path around the holes (all ties, not only the one ``plan`` takes)."""
+        if not env.is_running:
+            return None
+        found = shortest_path_actions(env.transition_matrix, env.goal_distances, env.state)
+        return None if found is None else {ACTIONS[a] for a in found}
+
     def rationale(self, env: "FrozenLakeEnv") -> str:
         path = self.plan(env)
         if not path:
@@ -145,6 +153,15 @@ class ValueIterationExpert(Expert):
     def next_actions(self, env: "FrozenLakeEnv", k: int) -> list[str]:
         choice = self.best(env) if k >= 1 else None
         return [ACTIONS[choice[0]]] if choice is not None else []
+
+    def optimal_actions(self, env: "FrozenLakeEnv") -> set[str] | None:
+        """On slippery ice a move has no single outcome, so 'optimal' is what this expert maximises: the actions with
+        the highest probability of reaching the goal within the actions left (every tie; a long horizon when that
+        probability is 0 for all, as ``best``). None when the goal is unreachable or the episode is over."""
+        if not env.is_running:
+            return None
+        found = greedy_actions(env.transition_matrix, env.goal_mask, env.hole_mask, env.state, env.actions_left)
+        return None if found is None else {ACTIONS[a] for a in found}
 
     def rationale(self, env: "FrozenLakeEnv") -> str:
         choice = self.best(env)
@@ -180,6 +197,7 @@ class FrozenLakeEnv(Env):
         self.steps = 0  #: env.step calls since reset (the core spends one unit of budget on each)
         self._gym: GymFrozenLake | None = None
         self._T: np.ndarray | None = None
+        self._dist: np.ndarray | None = None
         self._s = 0  #: the player's state index (row * size + col)
         self._obs: dict[int, str] = {}  #: state index -> observation, filled as the player visits cells
         self._action_index = {name.lower(): i for i, name in enumerate(ACTIONS)}
@@ -263,6 +281,22 @@ class FrozenLakeEnv(Env):
         return self._T
 
     @property
+    def goal_distances(self) -> np.ndarray:
+        """Fewest moves from each state to the goal around the holes (``inf``: unreachable, holes included), per map.
+        On slippery ice too: a slip only moves to another neighbour, so this is the distance if the ice holds."""
+        if self._dist is None:
+            self._dist = goal_distances(self.transition_matrix, self.goal_mask, self.hole_mask)
+        return self._dist
+
+    def potential(self) -> float | None:
+        """Minus the fewest moves left to the goal (0 on it); holes and cells cut off from the goal count as
+        ``-size**2``, below every cell that can still reach it (any path has fewer than size**2 moves)."""
+        if self._gym is None:
+            return None
+        d = self.goal_distances[self._s]
+        return -float(d) if d < np.inf else -float(self.lake.size ** 2)
+
+    @property
     def goal_mask(self) -> np.ndarray:
         return (self._require().desc == b"G").ravel()
 
@@ -290,7 +324,7 @@ class FrozenLakeEnv(Env):
         self._s = int(self._gym.s)
         self._goal = self.lake.goal[0] * cfg.size + self.lake.goal[1]
         self._obs, self._text = {}, LakeText(self.lake, cfg.observation_format)
-        self._T = None
+        self._T = self._dist = None
         self.steps = 0
         assert self.position == self.lake.start, "gymnasium started elsewhere than the 'S' cell"
         return self._render(), {}
@@ -331,4 +365,4 @@ class FrozenLakeEnv(Env):
         if self._gym is not None:
             self._gym.close()
             self._gym = None
-            self._T = None
+            self._T = self._dist = None

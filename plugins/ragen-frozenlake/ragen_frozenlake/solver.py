@@ -94,3 +94,26 @@ def greedy_action(T: np.ndarray, goal: np.ndarray, holes: np.ndarray, s: int, ho
         return first_best(T[s] @ long[-2]), 0.0
     a = first_best(q)
     return a, float(q[a])
+
+
+def shortest_path_actions(T: np.ndarray, dist: np.ndarray, s: int) -> list[int] | None:
+    """Every action that starts a shortest path from ``s`` under deterministic ``T`` (``dist``: ``goal_distances``);
+    None when ``s`` is the goal or the goal is unreachable (no action is better than another)."""
+    if not 0 < dist[s] < np.inf:
+        return None
+    return [a for a in range(T.shape[1]) if dist[int(np.argmax(T[s, a]))] == dist[s] - 1]
+
+
+def greedy_actions(T: np.ndarray, goal: np.ndarray, holes: np.ndarray, s: int, horizon: int,
+                   tol: float = 1e-9) -> list[int] | None:
+    """Every action ``greedy_action`` could pick (ties within ``tol``): the actions maximising the probability of
+    reaching the goal within ``horizon`` actions, or, when that probability is 0 for all, within a long horizon;
+    None when the goal cannot be reached at all or no action is left."""
+    if horizon < 1 or goal[s] or holes[s]:
+        return None
+    q = T[s] @ horizon_values(T, goal, holes, horizon)[horizon - 1]
+    if q.max() <= 0.0:
+        q = T[s] @ horizon_values(T, goal, holes, 4 * T.shape[0])[-2]
+    if q.max() <= 0.0:
+        return None
+    return [int(a) for a in np.flatnonzero(q >= q.max() - tol)]

@@ -343,6 +343,67 @@ def test_value_iteration_small_case():
     assert env.expert.rationale(env)
 
 
+# ---- state diagnostics: optimal actions and the potential (issue 24) ---------------------------------------------
+def test_deterministic_optimal_actions_are_every_first_move_of_a_shortest_path():
+    """Brute force by the expert's own plan length: a move is optimal iff the shortest path from where it lands is
+    one shorter; unreachable, hole and goal cells are not judged; Phi = minus the path length (-16 when cut off)."""
+    env = make(1.0)
+    ties = judged = 0
+    for seed in range(60):
+        env.reset(seed=seed)
+        for s in range(16):
+            env.state = s
+            cell = env.lake.desc[s // 4][s % 4]
+            path = env.expert.plan(env)
+            reachable = bool(path) or cell == "G"
+            assert env.potential() == (-float(len(path)) if reachable else -16.0), (seed, s)
+            got = env.expert.optimal_actions(env)
+            if not path:
+                assert got is None
+                continue
+            expected = set()
+            for a, name in enumerate(("Left", "Down", "Right", "Up")):
+                env.state = int(np.argmax(env.transition_matrix[s, a]))
+                landed = env.lake.desc[env.state // 4][env.state % 4]
+                if landed == "G" and len(path) == 1 or landed not in "HG" and len(env.expert.plan(env)) == len(path) - 1:
+                    expected.add(name)
+                env.state = s
+            assert got == expected and path[0] in got, (seed, s)
+            judged, ties = judged + 1, ties + (len(got) > 1)
+    assert judged > 500 and ties > 100, (judged, ties)
+
+
+def test_slippery_optimal_actions_hold_the_greedy_choice_and_its_ties():
+    """On slippery ice the judged set is every action with the greedy action's success probability (within 1e-9):
+    it holds the expert's pick, and on the open lake's symmetric diagonal both symmetric moves tie."""
+    env = make(0.8)
+    for seed in range(40):
+        env.reset(seed=seed)
+        best = env.expert.optimal_actions(env)
+        if best is not None:
+            assert env.expert.next_actions(env, 1)[0] in best
+            h = env.actions_left
+            q = env.transition_matrix[env.state] @ horizon_values(env.transition_matrix, env.goal_mask,
+                                                                   env.hole_mask, h)[h - 1]
+            if q.max() > 0:
+                assert best == {n for n, v in zip(("Left", "Down", "Right", "Up"), q) if v >= q.max() - 1e-9}
+    env = make(0.8, p=1.0)
+    env.reset(seed=10000)  # open 4x4 lake, goal (3, 0)
+    env.state = 2 * 4 + 1  # (2, 1): Left and Down mirror each other across the diagonal to the goal
+    assert env.expert.optimal_actions(env) == {"Left", "Down"}
+
+
+def test_a_hole_ends_judging_and_has_the_lowest_potential():
+    env = make(1.0)
+    for seed in range(200):
+        env.reset(seed=seed)
+        if env.lake.holes:
+            break
+    hole = env.lake.holes[0]
+    env.state = hole[0] * 4 + hole[1]
+    assert env.potential() == -16.0 and env.expert.optimal_actions(env) is None
+
+
 # ---- the env contract ---------------------------------------------------------------------------------------------
 test_ragen_check_env, test_gymnasium_check_env = env_contract_tests(VARIANTS)
 

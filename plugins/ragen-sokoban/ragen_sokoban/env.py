@@ -19,12 +19,16 @@ from ragen_sokoban.solver import (
     MOVE_STATE_LIMIT,
     Board,
     SearchLimit,
+    optimal_first_moves,
     solve,
     solve_moves,
 )
 
 #: gym-sokoban's reward constants
 STEP_PENALTY, BOX_ON_TARGET_REWARD, BOX_OFF_TARGET_PENALTY, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.0
+#: states the diagnostics' search may visit per state (Boxoban's 4 boxes exceed it: those levels are not judged,
+#: rather than spending seconds per step of every rollout)
+JUDGE_STATE_LIMIT = 100_000
 
 
 class SokobanExpert(Expert):
@@ -61,6 +65,14 @@ class SokobanExpert(Expert):
         if env.board is None or env.solved():
             return []
         return list((self.plan(env) or ())[: max(0, k)])
+
+    def optimal_actions(self, env: SokobanEnv) -> set[str] | None:
+        """The moves that start a move-optimal solution (every tie); None when solved, unsolvable (a box in a
+        dead corner or wedged: no move is better than another) or too big to search (``JUDGE_STATE_LIMIT``)."""
+        found = env.optimal_moves() if env.board is not None else None
+        if found is None or not found[0]:
+            return None
+        return set(found[1])
 
     def rationale(self, env: SokobanEnv) -> str:
         plan = self.plan(env) if env.board is not None and not env.solved() else None
@@ -171,6 +183,8 @@ class SokobanEnv(Env):
         self.boxes = frozenset(cell for cell, x in cells if x in (BOX, BOX_ON_TARGET))
         self.player = next(cell for cell, x in cells if x in (PLAYER, PLAYER_ON_TARGET))
         self.steps = 0
+        self._optimal: dict[tuple, tuple[int | None, frozenset[str]]] = {}  # state -> optimal_moves()
+        self._too_big = False
         self.expert.forget()  # plans belong to the previous level
         self.instructions = self._instructions(board.rows, board.cols)
         return self._observation()
@@ -209,6 +223,35 @@ class SokobanEnv(Env):
     # ---- state -------------------------------------------------------------------------------------------
     def solved(self) -> bool:
         return self.board is not None and self.boxes <= self.board.targets
+
+    def optimal_moves(self) -> tuple[int | None, frozenset[str]] | None:
+        """``(fewest moves left, the moves that start a shortest solution)`` of the current state, ``(None,
+        frozenset())`` when it is unsolvable, None when the level is too big to search; cached per state, and a level
+        that met the search limit once is not searched again (its states are as big)."""
+        state = self.state()
+        if state in self._optimal:
+            return self._optimal[state]
+        if self._too_big:
+            return None
+        try:
+            found = optimal_first_moves(self.board, self.player, self.boxes, limit=JUDGE_STATE_LIMIT)
+        except SearchLimit:
+            self._too_big = True
+            return None
+        self._optimal[state] = (None, frozenset()) if found is None else found
+        return self._optimal[state]
+
+    def potential(self) -> float | None:
+        """Minus the fewest moves left to solve (0 when solved). An unsolvable state (a deadlocked box), or one that
+        needs more moves than an episode's whole action budget, counts as ``-(action_budget + 1)``: below every state
+        an episode can still solve, and on the scale of the env's rewards (a deadlock is not worth -100 against +10
+        for solving). None for levels too big to search."""
+        found = self.optimal_moves() if self.board is not None else None
+        if found is None:
+            return None
+        moves = found[0]
+        cap = self.config.action_budget + 1
+        return -float(cap if moves is None else min(moves, cap))
 
     def state(self) -> tuple[int, frozenset[int]]:
         """(player cell, box cells): the dynamic part of the level."""

@@ -287,3 +287,57 @@ def _unwind_moves(parent: dict, key: int) -> list[str]:
         key, d = parent[key]
         moves.append(names[d])
     return moves[::-1]
+
+
+def optimal_first_moves(board: Board, player: int, boxes, limit: int = STATE_LIMIT) -> tuple[int, frozenset[str]] | None:
+    """``(fewest moves to solve, every move that starts a shortest solution)`` from a state; None when it is
+    unsolvable. Raises ``SearchLimit`` past ``limit`` states. Same BFS as ``search_moves`` (same pruning), but each
+    state carries the set of first moves that reach it in the fewest moves, and the layer of the first solved state
+    is finished, so ties are all found: an action is optimal iff it starts some shortest solution."""
+    found = first_move_masks(board.tables, player, _mask(boxes), limit)
+    if found is None:
+        return None
+    names = list(MOVES)
+    depth, mask = found
+    return depth, frozenset(names[d] for d in range(len(names)) if mask >> d & 1)
+
+
+def first_move_masks(tables: MoveTables, player: int, bm: int, limit: int = STATE_LIMIT) -> tuple[int, int] | None:
+    """``optimal_first_moves`` on a box bitmask: ``(depth, bitmask of move indices)``."""
+    steps2, tmask, dead, shift, _, _ = tables
+    if not bm & ~tmask:
+        return 0, 0
+    if bm & dead:
+        return None
+    pmask = (1 << shift) - 1
+    start = bm << shift | player
+    seen = {start}
+    layer = {start: 0}  # state -> bitmask of the first moves reaching it in `depth` moves
+    depth = 0
+    while layer:
+        depth += 1
+        nxt: dict[int, int] = {}
+        solved = 0
+        for key, label in layer.items():
+            bm = key >> shift
+            for d, n1, n2 in steps2[key & pmask]:
+                if bm >> n1 & 1:
+                    if n2 < 0 or (bm | dead) >> n2 & 1:
+                        continue
+                    nbm = bm ^ (1 << n1) | 1 << n2
+                else:
+                    nbm = bm
+                nk = nbm << shift | n1
+                if nk in seen and nk not in nxt:
+                    continue  # reached in fewer moves
+                first = label if depth > 1 else 1 << d
+                nxt[nk] = nxt.get(nk, 0) | first
+                seen.add(nk)
+                if not nbm & ~tmask:
+                    solved |= nxt[nk]
+        if solved:
+            return depth, solved
+        if len(seen) > limit:
+            raise SearchLimit(f"move-level search stopped at {limit} states")
+        layer = nxt
+    return None

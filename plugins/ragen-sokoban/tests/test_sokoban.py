@@ -509,6 +509,83 @@ def test_boxoban_expert_solves_hard_levels():
         assert ep.success, seed
 
 
+# ---- state diagnostics: optimal actions and the potential (issue 24) ---------------------------------------------
+def _moves_left(env) -> int | None:
+    """Fewest moves to solve from the env's state, by the plain move-level BFS (independent of the judge's search)."""
+    moves = solve_moves(env.board, env.player, env.boxes)
+    return None if moves is None else len(moves)
+
+
+def _brute_force_optimal(env) -> set[str]:
+    """The moves after which the fewest moves left drop by exactly one: the definition, checked by stepping a copy."""
+    here = _moves_left(env)
+    out = set()
+    for name in env.action_names:
+        saved = env.player, env.boxes
+        nxt = env.board.move(env.player, name)
+        if nxt is not None and nxt in env.boxes:
+            dest = env.board.move(nxt, name)
+            if dest is not None and dest not in env.boxes:
+                env.boxes = (env.boxes - {nxt}) | {dest}
+                env.player = nxt
+        elif nxt is not None:
+            env.player = nxt
+        if (env.player, env.boxes) != saved:
+            left = _moves_left(env)
+            if here is not None and left is not None and left == here - 1:
+                out.add(name)
+        env.player, env.boxes = saved
+    return out
+
+
+@pytest.mark.parametrize("name", ["sokoban", "sokoban-large"])
+def test_optimal_actions_are_every_move_that_starts_a_shortest_solution(name):
+    """On states along random walks (deadlocks included), the judge's set equals the brute-force definition; the
+    potential is minus the fewest moves left, capped at the episode's action budget + 1 (also when unsolvable)."""
+    env = ragen.make_env(name)
+    rng = np.random.default_rng(0)
+    seen = ties = dead = 0
+    for seed in range(40):
+        env.reset(seed=seed)
+        for _ in range(12):
+            if env.solved():
+                break
+            expected, left = _brute_force_optimal(env), _moves_left(env)
+            got = env.expert.optimal_actions(env)
+            assert got == (expected if left else None), (seed, env.render())
+            cap = env.config.action_budget + 1
+            assert env.potential() == -float(cap if left is None else min(left, cap))
+            seen, ties, dead = seen + 1, ties + (len(expected) > 1), dead + (left is None)
+            env.step(env.action_names[rng.integers(4)])
+            if env._done:
+                break
+    assert seen > 300 and ties > 20 and dead > 5, (seen, ties, dead)
+
+
+def test_judging_leaves_the_expert_plan_and_the_env_alone():
+    env = ragen.make_env("sokoban")
+    env.reset(seed=5)
+    plan = env.expert.next_actions(env, 10)
+    before = (env.render(), env.state(), env.steps)
+    env.expert.optimal_actions(env), env.potential()
+    assert (env.render(), env.state(), env.steps) == before and env.expert.next_actions(env, 10) == plan
+    assert plan[0] in env.expert.optimal_actions(env)
+
+
+def test_solved_and_too_big_states_are_not_judged(monkeypatch):
+    env = ragen.make_env("sokoban-grid")
+    env.reset(seed=0)
+    env.load_room(room(SPEC_LEVEL))
+    for a in ("Left", "Up", "Up"):  # the spec example's solution
+        env.step(a)
+    assert env.solved() and env.potential() == 0.0 and env.expert.optimal_actions(env) is None
+    import ragen_sokoban.env as sokoban_env
+
+    monkeypatch.setattr(sokoban_env, "JUDGE_STATE_LIMIT", 3)
+    env.reset(seed=1)  # a fresh level: the search meets the limit, so nothing is known
+    assert env.expert.optimal_actions(env) is None and env.potential() is None
+
+
 # ---- contract ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["sokoban", "sokoban-grid", "sokoban-large", "sokoban-vocab"])
 def test_ragen_env_checks(name):
