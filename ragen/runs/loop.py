@@ -43,6 +43,11 @@ def new_run_dir(cfg: RunConfig) -> Path:
     path = Path(cfg.logging.run_dir) / name
     if path.exists() and any(path.iterdir()):
         raise ConfigError(f"logging.name: run folder {str(path)!r} exists; use `ragen run --resume {path}` or another name")
+    try:  # now, before anything is built: an unwritable place is a one-line config error, not a traceback later
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"logging.run_dir: cannot create the run folder {str(path)!r}: "
+                          f"{exc.strerror or type(exc).__name__}") from None
     return path
 
 

@@ -69,3 +69,19 @@ def test_a_resumed_config_sends_no_placeholder_as_a_secret():
 
     saved = {"env": {"options": {"token": REDACTED, "url": "http://x"}, "train": [{"options": {"token": REDACTED}}]}}
     assert unredact(saved) == {"env": {"options": {"token": "", "url": "http://x"}, "train": [{"options": {"token": ""}}]}}
+
+
+def test_an_unwritable_run_dir_is_one_line_before_anything_is_built(tmp_path):
+    import subprocess
+
+    from conftest import ragen_cmd
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    res = subprocess.run(ragen_cmd("run", "--env", "bandit", "--model", "tiny", "--no-warmstart",
+                                   f"logging.run_dir={blocker}", "logging.name=r"),
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (f"Error: logging.run_dir: cannot create the run folder "
+                                                   f"'{blocker}/r': Not a directory")
+    assert "Traceback" not in res.stderr and not list(tmp_path.glob("**/tiny-model"))
