@@ -62,24 +62,28 @@ class Batch:
         return Batch(**{k: None if v is None else fn(v) for k, v in values.items()})
 
 
-def turn_layout(traj, mask_row: torch.Tensor) -> tuple[list[int], list[float]]:
-    """The last sampled position of each turn and the turn's reward + format penalty."""
+def turn_layout(traj, mask_row: torch.Tensor, turn_rewards: Sequence[float] | None = None) -> tuple[list[int], list[float]]:
+    """The last sampled position of each turn and the turn's reward: reward + format penalty, or ``turn_rewards[k]``
+    for turn ``k`` when a shaper rewrote them (indexed over all turns; turns with no sampled token are skipped)."""
     ends, rewards = [], []
-    for turn in traj.turns:
+    for k, turn in enumerate(traj.turns):
         start, end = turn.span
         sampled = [j for j in range(start, end) if mask_row[j] > 0]
         if sampled:
             ends.append(sampled[-1])
-            rewards.append(float(turn.reward + turn.penalty))
+            rewards.append(float(turn.reward + turn.penalty if turn_rewards is None else turn_rewards[k]))
     return ends, rewards
 
 
-def collate(trajs: Sequence, pad_id: int, scores: Sequence[float], placement: str = "trajectory") -> Batch:
+def collate(trajs: Sequence, pad_id: int, scores: Sequence[float], placement: str = "trajectory",
+            turn_scores: Sequence[Sequence[float]] | None = None) -> Batch:
     """Pad trajectories and place rewards (§2): ``trajectory`` puts the score on the last sampled token; ``turn`` puts
     each turn's reward + penalty on that turn's last sampled token (raw: normalisation does not apply, as RAGEN).
 
-    Sets ``turn_ids`` and ``turn_scores``, and ``blocks`` when a row packs a history window.
+    Sets ``turn_ids`` and ``turn_scores``, and ``blocks`` when a row packs a history window. ``turn_scores``: each
+    trajectory's turn rewards as a shaper left them (``ShapeOutput``); None = reward + penalty of each turn.
     """
+    shaped_turns = turn_scores  # the name below is the [N, T] tensor this function builds
     width = max(len(t.input_ids) for t in trajs)
     n = len(trajs)
     n_turns = max(1, max(len(t.turns) for t in trajs))
@@ -99,7 +103,7 @@ def collate(trajs: Sequence, pad_id: int, scores: Sequence[float], placement: st
         for turn_idx, turn in enumerate(t.turns):
             start, end = turn.span
             turn_ids[i, start:end] = torch.where(mask[i, start:end] > 0, turn_idx, -1)
-        ends, turn_r = turn_layout(t, mask[i])
+        ends, turn_r = turn_layout(t, mask[i], None if shaped_turns is None else shaped_turns[i])
         turn_scores[i, : len(turn_r)] = torch.tensor(turn_r, dtype=torch.float32)
         if placement == "turn":
             for j, r in zip(ends, turn_r, strict=True):

@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, FilterInput, FilterResult, ShapeInput
+from ragen.contract.algorithm import (
+    AdvantageInput, AdvantageOutput, FilterInput, FilterResult, ShapeInput, ShapeOutput,
+)
 from ragen.errors import PluginError
 
 
@@ -23,12 +25,33 @@ def call_filter(component: Any, into: dict | None = None, **inputs: Any) -> Filt
     return result
 
 
-def call_shaper(component: Any, into: dict | None = None, **inputs: Any) -> list[float]:
-    """``component(ShapeInput(**inputs))``: one score per trajectory, checked."""
+def call_shaper(component: Any, into: dict | None = None, **inputs: Any) -> tuple[list[float], list[list[float]]]:
+    """``component(ShapeInput(**inputs))``: one score per trajectory and, from a ``ShapeOutput``, new turn scores (one
+    per turn of each trajectory), checked; a plain list of scores leaves ``inputs["turn_scores"]`` as they were."""
     inp = ShapeInput(**inputs)
-    scores = shaped_scores(component, component(inp), len(inputs["scores"]))
+    out = component(inp)
+    n = len(inputs["scores"])
+    if isinstance(out, ShapeOutput):
+        scores = shaped_scores(component, out.scores, n)
+        turns = shaped_turns(component, out.turn_scores, inputs["turn_scores"])
+    else:
+        scores, turns = shaped_scores(component, out, n), inputs["turn_scores"]
     own_metrics(component, inp.metrics, into)
-    return scores
+    return scores, turns
+
+
+def shaped_turns(component: Any, turns: Any, before: list[list[float]]) -> list[list[float]]:
+    """A ``ShapeOutput``'s turn scores: one row per trajectory, one finite number per turn."""
+    try:
+        rows = [[float(x) for x in row] for row in turns]
+    except (TypeError, ValueError):
+        raise _breach(component, "turn_scores is not a list of lists of numbers") from None
+    if len(rows) != len(before) or any(len(r) != len(b) for r, b in zip(rows, before)):
+        raise _breach(component, f"turn_scores has {[len(r) for r in rows][:4]}... turns for trajectories of "
+                                 f"{[len(b) for b in before][:4]}... turns")
+    if not all(math.isfinite(x) for row in rows for x in row):
+        raise _breach(component, "turn_scores holds non-finite values")
+    return rows
 
 
 def call_estimator(component: Any, needs_returns: bool, into: dict | None = None, **inputs: Any) -> AdvantageOutput:

@@ -306,3 +306,32 @@ def test_check_env_catches_a_judge_or_a_potential_that_lies(monkeypatch):
     monkeypatch.setattr(FrozenLakeEnv, "potential", lambda self: None if real(self) is None else real(self) - 1.0)
     [bad] = [c for c in check_env("frozenlake", expert_episodes=5) if c.name == "expert"]
     assert not bad.ok and "in a solved state" in bad.detail
+
+
+def test_the_trainer_places_the_shaped_turn_rewards(tok):
+    """The potential shaper's turn rewards reach the batch (Batch.turn_scores, read by turn-gae and bi-level-gae, and
+    the turn-placed token rewards): reward + penalty + γΦ(s') − Φ(s) per turn; without it nothing changes."""
+    from types import SimpleNamespace
+
+    from ragen.train.batch import collate
+    from ragen.train.trainer import Trainer
+
+    trajs = [t for t in play(tok, "sokoban", uniform, n=6).trajectories if t.num_turns >= 2][:4]
+    plain = SimpleNamespace(shapers=[])
+    scores, turns = Trainer._shape(plain, trajs, {})
+    assert turns is None  # no shaper rewrote them: collate uses reward + penalty, as before
+    base = collate(trajs, 0, scores, placement="turn")
+    gamma = 0.9
+    shaped = SimpleNamespace(shapers=[ragen.make_component("shaper", "potential", gamma=gamma)])
+    metrics = {}
+    scores, turns = Trainer._shape(shaped, trajs, metrics)
+    batch = collate(trajs, 0, scores, placement="turn", turn_scores=turns)
+    for i, traj in enumerate(trajs):
+        for k, turn in enumerate(traj.turns):
+            term = gamma * turn.info[POTENTIAL_END] - turn.info[POTENTIAL_START]
+            expected = turn.reward + turn.penalty + term
+            assert float(batch.turn_scores[i, k]) == pytest.approx(expected, abs=1e-5)
+            assert float(base.turn_scores[i, k]) == pytest.approx(turn.reward + turn.penalty, abs=1e-5)
+        # the turn-placed token rewards carry the same per-turn sums
+        assert float(batch.token_rewards[i].sum()) == pytest.approx(float(batch.turn_scores[i].sum()), abs=1e-4)
+    assert metrics["shaper/potential/turns_with_potential"] == 1.0
