@@ -31,11 +31,14 @@ def call_shaper(component: Any, into: dict | None = None, **inputs: Any) -> tupl
     inp = ShapeInput(**inputs)
     out = component(inp)
     n = len(inputs["scores"])
+    before = inputs.get("turn_scores")
     if isinstance(out, ShapeOutput):
+        if before is None:  # a caller without turn rewards: the trajectories' own turns are the reference
+            before = [[t.reward + t.penalty for t in traj.turns] for traj in inputs.get("trajectories", ())]
         scores = shaped_scores(component, out.scores, n)
-        turns = shaped_turns(component, out.turn_scores, inputs["turn_scores"])
+        turns = shaped_turns(component, out.turn_scores, before)
     else:
-        scores, turns = shaped_scores(component, out, n), inputs["turn_scores"]
+        scores, turns = shaped_scores(component, out, n), before
     own_metrics(component, inp.metrics, into)
     return scores, turns
 

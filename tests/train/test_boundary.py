@@ -102,8 +102,26 @@ def test_a_component_reports_its_own_metrics(fresh_plugins):
     register_plugin(_Talkative(), "talkative", dist="ragen-talkative")
     try:
         logged = {}
-        out = boundary.call_shaper(make_component("shaper", "clip-one"), logged, scores=[0.5, 2.0, 3.0],
-                                   group_ids=[0, 0, 1])
-        assert out == [0.5, 1.0, 1.0] and logged == {"shaper/clip-one/clipped": 2.0}
+        out, turns = boundary.call_shaper(make_component("shaper", "clip-one"), logged, scores=[0.5, 2.0, 3.0],
+                                          group_ids=[0, 0, 1])
+        assert out == [0.5, 1.0, 1.0] and turns is None and logged == {"shaper/clip-one/clipped": 2.0}
     finally:
         unregister_plugin("talkative")
+
+
+class _BadTurns:
+    @hookimpl
+    def register_reward_shapers(self, register):
+        register("short-turns", lambda config: (lambda inp: ragen.ShapeOutput(
+            scores=list(inp.scores), turn_scores=[row[:-1] for row in inp.turn_scores])))
+
+
+def test_a_shaper_dropping_a_turn_reward_is_named(fresh_plugins):
+    register_plugin(_BadTurns(), "bad-turns", dist="ragen-badturns")
+    try:
+        with pytest.raises(PluginError) as exc:
+            boundary.call_shaper(make_component("shaper", "short-turns"), {}, scores=[1.0, 2.0], group_ids=[0, 0],
+                                 turn_scores=[[0.1, 0.2], [0.3]])
+        _one_line(exc, "shaper 'short-turns' of ragen-badturns", "turn_scores has [1, 0]")
+    finally:
+        unregister_plugin("bad-turns")
