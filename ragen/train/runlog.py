@@ -25,9 +25,10 @@ REDACTED = "<redacted>"
 
 
 def redact(data: Any) -> Any:
-    """``data`` with the value of every secret-named key replaced (an empty value stays empty: nothing to hide)."""
+    """``data`` with every secret-named key's text replaced (secrets are strings: a number such as a shaper's
+    ``per_token`` cost stays, and an empty value stays empty: nothing to hide)."""
     if isinstance(data, dict):
-        return {k: (REDACTED if isinstance(k, str) and SECRET_KEY.search(k) and data[k] not in (None, "") else redact(v))
+        return {k: (REDACTED if isinstance(k, str) and SECRET_KEY.search(k) and isinstance(v, str) and v else redact(v))
                 for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return type(data)(redact(v) for v in data)

@@ -23,7 +23,8 @@ def test_secrets_are_redacted_everywhere_the_config_goes(tmp_path):
     assert json.loads((tmp_path / "run" / "run.json").read_text())["env"]["user"] == "me"
     writer.close()
     assert redact({"token": "", "password": None}) == {"token": "", "password": None}  # nothing to hide
-    counts = {"max_tokens": 400, "micro_batch_tokens": 0, "tokenizer": "x", "hf_token": "h", "RAGEN_ENV_TOKEN": "t"}
+    counts = {"max_tokens": 400, "micro_batch_tokens": 0, "tokenizer": "x", "hf_token": "h", "RAGEN_ENV_TOKEN": "t",
+              "per_token": 0.001}
     assert redact(counts) == {**counts, "hf_token": REDACTED, "RAGEN_ENV_TOKEN": REDACTED}
 
 
