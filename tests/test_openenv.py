@@ -22,7 +22,7 @@ from openenv import GenericEnvClient  # noqa: E402
 from openenv_helpers import served_ragen, served_scaffold  # noqa: E402
 
 import ragen  # noqa: E402
-from ragen.envs.openenv_server import jsonable  # noqa: E402
+from ragen.envs.hosted import jsonable  # noqa: E402
 
 pytestmark = pytest.mark.openenv
 OPENENV_CLI = str(Path(sys.executable).parent / "openenv")

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import hmac
 import importlib.metadata
-import ipaddress
 import json
-import math
 import socket
 import threading
 import time
@@ -39,6 +37,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ragen.contract.env import Env
+from ragen.envs.hosted import jsonable
+from ragen.envs.net import is_loopback
 from ragen.errors import ConfigError, RagenError
 from ragen.plugins.components import list_envs, make_env
 
@@ -103,24 +103,6 @@ class RequestRefused(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
-
-def jsonable(value: Any) -> Any:
-    """Env infos hold numpy scalars, tuples, NaN...: JSON every client can read (non-finite floats -> None)."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        try:
-            value = value.item()
-        except (TypeError, ValueError):
-            return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
 
 
 # ---- the env pool shared by the sessions -----------------------------------------------------------------------
@@ -323,15 +305,6 @@ def _check_version() -> None:
     if not version.startswith(TESTED_OPENENV + "."):
         warnings.warn(f"openenv {version} is installed; ragen's OpenEnv server was tested with {TESTED_OPENENV}.x "
                       f"(pip install 'ragen[openenv]' installs it)", stacklevel=3)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class OpenEnvServer:
