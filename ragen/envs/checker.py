@@ -43,12 +43,17 @@ def check_env(name: str, *, seeds: int = 10, expert_episodes: int = 20, **option
     def new() -> Env:
         return make_env(name, **options)
 
+    return run_checks(_CHECKS, new, seeds=seeds, expert_episodes=expert_episodes)
+
+
+def run_checks(table, new, **kwargs) -> list[Check]:
+    """Run each ``(label, fn)`` of ``table`` as ``fn(new, **kwargs)``: a returned detail passes, an exception fails
+    that check only (every failure is reported, the other checks still run)."""
     checks: list[Check] = []
-    for label, fn in _CHECKS:
+    for label, fn in table:
         try:
-            detail = fn(new, seeds=seeds, expert_episodes=expert_episodes) or ""
-            checks.append(Check(label, True, detail))
-        except Exception as exc:  # every failure is reported, the other checks still run
+            checks.append(Check(label, True, fn(new, **kwargs) or ""))
+        except Exception as exc:  # noqa: BLE001 - a check's failure is its result
             checks.append(Check(label, False, f"{type(exc).__name__}: {exc}"))
     return checks
 

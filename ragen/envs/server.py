@@ -33,7 +33,6 @@ from ragen.envs.hosted import (
     LocalHost,
     RequestError,
     WorkerHost,
-    env_info,
     jsonable,
     weight_of,
 )

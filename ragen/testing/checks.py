@@ -18,7 +18,7 @@ import attrs
 
 from ragen.contract.algorithm import AdvantageOutput, FilterResult, ShapeOutput
 from ragen.contract.parsing import Parsed
-from ragen.envs.checker import Check, CheckFailed
+from ragen.envs.checker import Check, CheckFailed, run_checks
 from ragen.plugins.components import component_config, make_component, parser_thinks
 from ragen.plugins.loader import get_registry
 from ragen.testing.batches import advantage_input, filter_input, reordered, scenarios, shape_input
@@ -41,14 +41,7 @@ def check_component(kind: str, name: str, **options: Any) -> list[Check]:
     def new() -> Any:
         return make_component(kind, name, **options)
 
-    checks = []
-    for label, fn in _CHECKS[kind]:
-        try:
-            detail = fn(new, name=name, options=options) or ""
-            checks.append(Check(label, True, detail))
-        except Exception as exc:  # every failure is reported, the other checks still run
-            checks.append(Check(label, False, f"{type(exc).__name__}: {exc}"))
-    return checks
+    return run_checks(_CHECKS[kind], new, name=name, options=options)
 
 
 def check_parser(name: str, **options: Any) -> list[Check]:
@@ -341,7 +334,6 @@ def _estimator_order(new, **_) -> str:
 
 
 def _estimator_all_masked(new, **_) -> str:
-    import torch
 
     estimate = new()
     trajs = scenarios()["one group of 5"][:1]
