@@ -26,7 +26,6 @@ def run_sft(cfg: RunConfig, out: Path | None = None) -> tuple[Path, dict]:
                                    stop=interrupt.requested)
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if metrics.get("sft/interrupted"):
-        interrupt.saved()
         raise Interrupted(f"interrupted after {metrics['sft/updates']} SFT updates; the model so far is in {final}; "
                           f"continue fine-tuning it with `ragen sft --env {cfg.env.name} --model {final} --out OTHER`")
     return final, metrics

@@ -26,7 +26,7 @@ def rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(tuple(state["python"][:1]) + (tuple(state["python"][1]),) + tuple(state["python"][2:]))
+    random.setstate(state["python"])  # a tuple of a version, 625 ints and None: plain values, loaded as saved
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
