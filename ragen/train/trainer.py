@@ -88,9 +88,9 @@ class Trainer:
             scores, turn_scores = self._shape(kept, metrics)
             # this rank trains its own groups; a rank whose groups were all dropped trains one masked-out row
             n_global = len(kept)
-            by_traj = {id(t): ts for t, ts in zip(kept, turn_scores or [])}
+            by_traj = {id(t): ts for t, ts in zip(kept, turn_scores)}
             kept, scores, dummy = own_rows(kept, scores, trajs, self.rank, self.world)
-            turn_scores = None if turn_scores is None else [by_traj.get(id(t), [0.0] * len(t.turns)) for t in kept]
+            turn_scores = [by_traj.get(id(t)) or [x.reward + x.penalty for x in t.turns] for t in kept]
 
         # ==== ADVANTAGES: old (and reference) log-probs and values on the exact sampled ids, then the estimator ====
         with timer.phase("advantages", "update"):  # timing/update_s has always counted these forward passes
@@ -140,20 +140,18 @@ class Trainer:
         batch = collate(trajs, self.tokenizer.pad_token_id, [0.0] * len(trajs)).to(self.device)
         return self.policy.mean_entropies(batch)
 
-    def _shape(self, kept: list, metrics: dict) -> tuple[list[float], list[list[float]] | None]:
-        """The shapers in order over the kept trajectories' scores (and turn rewards, for a shaper returning a
-        ``ShapeOutput``; None while none has); a NaN/inf score becomes a neutral 0, counted."""
+    def _shape(self, kept: list, metrics: dict) -> tuple[list[float], list[list[float]]]:
+        """The shapers in order over the kept trajectories' scores and turn rewards (reward + penalty of each turn until
+        a shaper returns a ``ShapeOutput``); a NaN/inf score becomes a neutral 0, counted."""
         scores = [t.score for t in kept]
         turns = [[t.reward + t.penalty for t in traj.turns] for traj in kept]
-        changed = False
         for shape in self.shapers:
-            scores, new_turns = boundary.call_shaper(shape, metrics, scores=scores, group_ids=[t.group_id for t in kept],
-                                                     env_names=[t.env_name for t in kept], trajectories=kept,
-                                                     turn_scores=turns)
-            changed, turns = changed or new_turns is not turns, new_turns
+            scores, turns = boundary.call_shaper(shape, metrics, scores=scores, group_ids=[t.group_id for t in kept],
+                                                 env_names=[t.env_name for t in kept], trajectories=kept,
+                                                 turn_scores=turns)
         scores, bad = finite_scores(scores)  # counted with the env's own non-finite rewards
         metrics["rollout/nonfinite_rewards"] = metrics.get("rollout/nonfinite_rewards", 0.0) + bad
-        return scores, (turns if changed else None)
+        return scores, turns
 
     def _advantages(self, batch: Batch, kept_ratio: float, metrics: dict) -> None:
         """The estimator's advantages (scaled by ``filter_loss_scaling``), and with a critic its values and returns."""

@@ -4,6 +4,7 @@ aggregates in ``rollout_metrics``, the potentials it records per turn, and the `
 import math
 
 import pytest
+import torch
 
 import ragen
 from ragen.contract.trajectory import ACTIONS_CHANCE, ACTIONS_JUDGED, ACTIONS_OPTIMAL, POTENTIAL_END, POTENTIAL_START
@@ -319,8 +320,11 @@ def test_the_trainer_places_the_shaped_turn_rewards(tok):
     trajs = [t for t in play(tok, "sokoban", uniform, n=6).trajectories if t.num_turns >= 2][:4]
     plain = SimpleNamespace(shapers=[])
     scores, turns = Trainer._shape(plain, trajs, {})
-    assert turns is None  # no shaper rewrote them: collate uses reward + penalty, as before
-    base = collate(trajs, 0, scores, placement="turn")
+    assert turns == [[t.reward + t.penalty for t in traj.turns] for traj in trajs]  # no shaper: as before
+    base = collate(trajs, 0, scores, placement="turn", turn_scores=turns)
+    plain_batch = collate(trajs, 0, scores, placement="turn")
+    assert torch.equal(base.turn_scores, plain_batch.turn_scores) and torch.equal(base.token_rewards,
+                                                                                  plain_batch.token_rewards)
     gamma = 0.9
     shaped = SimpleNamespace(shapers=[ragen.make_component("shaper", "potential", gamma=gamma)])
     metrics = {}
