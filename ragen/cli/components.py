@@ -237,17 +237,15 @@ def serve_env(name, options, host, port, token, insecure, threads, workers, epis
 def _serve_openenv(name: str, options: dict, host: str, port: int, token: str | None, insecure: bool,
                    max_episodes: int, episode_timeout: float | None) -> None:
     """``serve-env --protocol openenv``: OpenEnv's own ``create_app`` around the env, with this server's token policy
-    (loopback unless told otherwise; a token where one is needed, ``--insecure`` to override) and episode cap."""
+    (loopback unless told otherwise; a token where one is needed, ``--insecure`` to override) and episode cap; the
+    server's env pool builds the first env, which checks the options before anything listens."""
     from ragen.envs.hosted import weight_of
     from ragen.envs.server import check_token
-    from ragen.plugins.components import make_env
+    from ragen.plugins.loader import get_registry
 
-    probe = make_env(name, **options)  # wrong options fail here, before anything listens
-    try:
-        weight = weight_of(type(probe))
-        token = check_token(token, name=name, host=host, weight=weight, insecure=insecure)
-    finally:
-        probe.close()
+    # the weight is the env class's declaration: no env is built twice (the server's pool checks the options)
+    weight = weight_of(get_registry("env").get(name).factory)
+    token = check_token(token, name=name, host=host, weight=weight, insecure=insecure)
     timeout = episode_timeout if episode_timeout is not None else (120.0 if weight.processes > 0 else 600.0)
     from ragen.envs.openenv_server import make_openenv_server  # the optional extra: its one-line error names it
 
