@@ -99,26 +99,40 @@ def _actions_for(env: Env, rng: random.Random) -> str:
 
 def _determinism(new, seeds: int, **_) -> str:
     a, b = new(), new()
-    initial = set()
+    initial, retried = set(), 0
     try:
         for seed in range(seeds):
-            oa, ia = a.reset(seed=seed)
-            ob, ib = b.reset(seed=seed)
-            _expect(oa == ob and ia["task_id"] == ib["task_id"], f"seed {seed}: two instances differ after reset")
-            initial.add(oa)
-            rng_a, rng_b = random.Random(seed), random.Random(seed)
-            for _ in range(a.config.max_actions_per_episode):
-                act_a, act_b = _actions_for(a, rng_a), _actions_for(b, rng_b)
-                ra, rb = a.step(act_a), b.step(act_b)
-                _expect(repr(ra) == repr(rb), f"seed {seed}: same actions gave different steps")
-                if ra[2] or ra[3]:
-                    break
+            problem = _replay(a, b, seed, initial)
+            if problem is not None:
+                # One replay from a fresh reset: an env that runs real programs under a wall clock (deepcoder's
+                # sandbox on a loaded machine) can differ once by a timeout; a real missing seed differs again.
+                retried += 1
+                problem = _replay(a, b, seed, initial)
+            _expect(problem is None, problem or "")
         if a.procedural and seeds >= 2:
             _expect(len(initial) >= 2, f"only {len(initial)} distinct initial observation(s) over {seeds} seeds")
     finally:
         a.close()
         b.close()
-    return f"{len(initial)} distinct initial observations over {seeds} seeds"
+    again = f" ({retried} seed(s) matched only on a replay)" if retried else ""
+    return f"{len(initial)} distinct initial observations over {seeds} seeds{again}"
+
+
+def _replay(a: Env, b: Env, seed: int, initial: set) -> str | None:
+    """Play the same seeded actions on ``a`` and ``b`` from ``reset(seed)``; the first difference, or None."""
+    oa, ia = a.reset(seed=seed)
+    ob, ib = b.reset(seed=seed)
+    if not (oa == ob and ia["task_id"] == ib["task_id"]):
+        return f"seed {seed}: two instances differ after reset"
+    initial.add(oa)
+    rng_a, rng_b = random.Random(seed), random.Random(seed)
+    for _ in range(a.config.max_actions_per_episode):
+        ra, rb = a.step(_actions_for(a, rng_a)), b.step(_actions_for(b, rng_b))
+        if repr(ra) != repr(rb):
+            return f"seed {seed}: same actions gave different steps"
+        if ra[2] or ra[3]:
+            break
+    return None
 
 
 def _random_episode(new, seeds: int, **_) -> str:
