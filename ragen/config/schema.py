@@ -78,6 +78,9 @@ class RolloutSection:
                                      "warm-started built-in model broke the format in 19-22% of sokoban turns (long-tail "
                                      "tokens inside its reasoning); at 0.7 in 2% (docs/models.md).", range=POSITIVE)
     top_p: float = option(1.0, "Training nucleus sampling (RAGEN: 1.0 = off).", range=FRACTION)
+    train_levels: int = option(0, "Distinct training levels (0 = a new level for every group of every step, RAGEN's "
+                                  "way). k > 0 cycles through k fixed levels; 1 pins every group to one level: the "
+                                  "overfitting check that shows the RL loop learns (CI's learning gate).", range=NON_NEGATIVE)
     val_temperature: float = option(0.5, "Validation sampling temperature (RAGEN: 0.5).", range=NON_NEGATIVE)
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).", range=AT_LEAST_1)
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = the env's own response_length.", range=NON_NEGATIVE)

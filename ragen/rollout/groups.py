@@ -20,8 +20,11 @@ TRAIN_SEED_BASE = 10_000
 VAL_SEED_BASE = 123
 
 
-def train_seed(step: int, group: int, n_groups: int) -> int:
-    return TRAIN_SEED_BASE + step * n_groups + group
+def train_seed(step: int, group: int, n_groups: int, levels: int = 0) -> int:
+    """Seed of training group ``group`` at ``step``: a fresh level every time, or with ``levels`` > 0 one of the
+    first ``levels`` training levels in turn (``levels=1`` pins every group to one level: the overfitting check)."""
+    index = step * n_groups + group
+    return TRAIN_SEED_BASE + (index % levels if levels > 0 else index)
 
 
 def val_seed(group: int) -> int:
@@ -72,6 +75,7 @@ class EnvGroups:
         options: dict | None = None,
         factory: Callable[[str, dict], Env] = default_factory,
         shard: tuple[int, int] = (0, 1),
+        levels: int = 0,
     ):
         if isinstance(specs, str):
             specs = [GroupSpec(specs, int(n_groups or 1), dict(options or {}))]
@@ -82,6 +86,7 @@ class EnvGroups:
         self.specs = list(specs)
         self.group_size = int(group_size)
         self.split = split
+        self.levels = int(levels)
         rank, world = shard
         self._total = sum(s.n_groups for s in self.specs)
         # data-parallel ranks own whole groups: group g belongs to rank g mod world (groups are never split)
@@ -119,7 +124,7 @@ class EnvGroups:
 
     def seed_of(self, step: int, group: int) -> int:
         if self.split == "train":
-            return train_seed(step, group, self.n_groups)
+            return train_seed(step, group, self.n_groups, self.levels)
         return val_seed(group)
 
     def slots(self, step: int = 0) -> list[EnvSlot]:

@@ -447,7 +447,8 @@ class Rollout:
         # env by env, in list order: a group never mixes envs (each GroupSpec fills its own groups)
         self.specs = [GroupSpec(p.name, p.n_groups, dict(p.options)) for p in train]
         self.spec = self.specs[0]
-        self.train_groups = EnvGroups(self.specs, group_size=int(r.group_size), **self._factory)
+        self.train_groups = EnvGroups(self.specs, group_size=int(r.group_size), levels=int(getattr(r, "train_levels", 0)),
+                                      **self._factory)
         self._val_groups: EnvGroups | None = None
 
     def _env_parsers(self, plan: list) -> dict[str, tuple[Callable[[str], Parsed], ChatFormat]]:

@@ -354,6 +354,11 @@ def test_group_seeding_and_pool(tiny, fmt):
     assert [s.seed for s in s1] == [10002] * 3 + [10003] * 3
     assert [s.rollout_index for s in s0] == [0, 1, 2, 0, 1, 2] and [s.group_id for s in s0] == [0, 0, 0, 1, 1, 1]
     assert [s.env for s in s1] == envs  # the pool is reused across steps
+    pinned = EnvGroups("count", group_size=2, n_groups=2, options=SMALL, factory=factory, levels=1)
+    assert {s.seed for step in range(3) for s in pinned.slots(step)} == {10000}  # rollout.train_levels=1
+    cycled = EnvGroups("count", group_size=1, n_groups=2, options=SMALL, factory=factory, levels=3)
+    assert [s.seed for step in range(3) for s in cycled.slots(step)] == [10000, 10001, 10002, 10000, 10001, 10002]
+    pinned.close(), cycled.close()
     res = run_rollout(engine, groups, SamplingParams(seed=0), RolloutSettings(chat_format=fmt), step=1)
     p1 = {}
     for tr in res.trajectories:
