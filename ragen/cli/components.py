@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ragen.cli.group import cli
-from ragen.cli.options import checked_parser, key_values, parser_options
+from ragen.cli.options import checked_parser, key_values, parser_options, resolved_parser
 from ragen.cli.tables import (
     echo_wrapped,
     jsonable,
@@ -162,6 +162,7 @@ def play(name: str, seed: int, episodes: int, options: tuple[str, ...], format_p
     """Play env NAME in the terminal: type actions (e.g. `Up || Left`) or a full <answer>…</answer> response."""
     from ragen.envs.play import play_episodes
 
+    parser_name, parser_options = resolved_parser(parser_name, parser_options)
     parser_opts = checked_parser(parser_name, parser_options)
     play_episodes(name, seed=seed, episodes=episodes, options=key_values(options), parser=parser_name,
                   parser_options=parser_opts, format_penalty=format_penalty)

@@ -11,8 +11,24 @@ def parser_options(command):
     """``--parser NAME`` and ``--parser-option KEY=VALUE`` (repeatable), as ``ragen run`` has them in the config."""
     command = click.option("--parser-option", "parser_options", multiple=True, metavar="KEY=VALUE",
                            help="Option of the parser (its config field), e.g. enable_think=false.")(command)
-    return click.option("--parser", "parser_name", default="think-answer", show_default=True,
-                        help="Registered action parser that reads the responses (see `ragen plugins`).")(command)
+    return click.option("--parser", "parser_name", default="auto", show_default=True,
+                        help="Registered action parser that reads the responses (see `ragen plugins`); 'auto' = the "
+                             "parser a ragen-trained model folder records, else rollout.parser's default for the "
+                             "model.")(command)
+
+
+def resolved_parser(name: str, items: tuple[str, ...], model: str = "") -> tuple[str, tuple[str, ...]]:
+    """``--parser auto``: the parser (and options, unless given) recorded in the model folder by the run or warm start
+    that trained it, else ``rollout.parser``'s default for the model; any other name is kept."""
+    if name != "auto":
+        return name, items
+    from ragen.config.schema import default_parser
+    from ragen.models.load import trained_parser
+
+    recorded = trained_parser(model) if model else None
+    if recorded is None:
+        return default_parser(model), items
+    return recorded[0], items or tuple(f"{k}={v}" for k, v in recorded[1].items())
 
 
 def checked_parser(name: str, items: tuple[str, ...]) -> dict:

@@ -13,6 +13,7 @@ import click
 from ragen.cli.group import cli
 from ragen.cli.options import (
     checked_parser,
+    resolved_parser,
     config_option,
     env_option,
     fresh_dir,
@@ -159,6 +160,7 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, parse
     for name in names:
         get_registry("env").get(name)
     shared, per_env = _env_options(options, names)
+    parser_name, parser_options = resolved_parser(parser_name, parser_options, model_name)
     parser_opts = checked_parser(parser_name, parser_options)
     from ragen.runs.evaluate import evaluate  # torch: after the arguments are checked
 

@@ -84,7 +84,10 @@ class RolloutSection:
     val_temperature: float = option(0.5, "Validation sampling temperature (RAGEN: 0.5).", range=NON_NEGATIVE)
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).", range=AT_LEAST_1)
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = the env's own response_length.", range=NON_NEGATIVE)
-    parser: str = option("think-answer", "The registered action parser applied to responses (`ragen run --parser`).")
+    parser: str = option("auto", "The registered action parser applied to responses (`ragen run --parser`). 'auto' = "
+                                 "'answer' (no <think>) for the built-in `small` model, whose warm start then reads the "
+                                 "board (frozenlake greedy: 11% -> 38% success, docs/models.md); 'think-answer' for every "
+                                 "other model (`tiny` exercises the full format in tests; real models reason).")
     parser_options: dict[str, Any] = option(factory=dict, doc="Options of rollout.parser, checked by its config class "
                                             "(e.g. {enable_think: false}; `ragen plugins` lists parsers).")
     engine: str = option("hf", "Rollout engine: 'hf' (transformers); 'vllm' when installed.", choices=("hf", "vllm", "expert"))
@@ -234,3 +237,17 @@ class RunConfig:
     early_stop: EarlyStopSection = option(factory=EarlyStopSection, doc="Early-stopping rules (RAGEN's, on by default).")
     collapse: CollapseSection = option(factory=CollapseSection, doc="RAGEN-V2 collapse diagnostics (MI of reasoning vs prompt).")
     logging: LoggingSection = option(factory=LoggingSection, doc="Outputs.")
+
+    def __attrs_post_init__(self) -> None:
+        # 'auto' is resolved once, here, so every reader (rollout, warm start, cache key, config.yaml) sees one name
+        if self.rollout.parser == "auto":
+            object.__setattr__(self, "rollout", attrs.evolve(self.rollout, parser=default_parser(self.model.name)))
+
+
+#: the built-in model whose default parser is answer-only (its warm start reads the state; docs/models.md)
+ANSWER_ONLY_MODELS = ("small",)
+
+
+def default_parser(model_name: str) -> str:
+    """What ``rollout.parser='auto'`` means for ``model_name``."""
+    return "answer" if model_name in ANSWER_ONLY_MODELS else "think-answer"

@@ -62,6 +62,30 @@ def smollm2_gguf() -> Path:
     raise ConfigError(f"model.name: {SMOLLM2_DIST} is installed but ships no .gguf file; reinstall it: `{SMOLLM2_INSTALL}`")
 
 
+#: written beside an exported or warm-started model: the parser (and its options) it was trained to answer for
+PARSER_FILE = "ragen-parser.json"
+
+
+def save_parser(folder: str | os.PathLike, name: str, options: dict | None = None) -> None:
+    """Record in ``folder`` which parser the model was trained with, so ``ragen eval`` reads it the same way."""
+    import json
+
+    (Path(folder) / PARSER_FILE).write_text(json.dumps({"parser": name, "parser_options": dict(options or {})}) + "\n")
+
+
+def trained_parser(model: str) -> tuple[str, dict] | None:
+    """The ``(parser, options)`` recorded in a local model folder by ``save_parser``, else None (a model from
+    elsewhere). A malformed record is ignored: it is a hint, and ``--parser`` overrides it."""
+    import json
+
+    path = Path(model).expanduser() / PARSER_FILE
+    try:
+        data = json.loads(path.read_text())
+        return str(data["parser"]), dict(data.get("parser_options") or {})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def looks_like_path(name: str) -> bool:
     """A model name written as a filesystem path (``/x``, ``./x``, ``~/x``, ``a/b/c``, ``x.gguf``), never a hub id
     (``org/name``: one slash, no leading dot, slash or tilde)."""

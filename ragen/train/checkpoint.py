@@ -13,6 +13,7 @@ import torch
 from ragen.errors import ConfigError, RagenError
 from ragen.log import log
 from ragen.models import distributed as dp
+from ragen.models.load import save_parser
 
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
@@ -92,9 +93,9 @@ def load(run_dir: Path, actor, critic) -> dict:
     return state
 
 
-def export(out: Path, module: torch.nn.Module, tokenizer, lora: bool) -> Path:
+def export(out: Path, module: torch.nn.Module, tokenizer, lora: bool, parser: tuple[str, dict] | None = None) -> Path:
     """The policy as a plain Hugging Face folder with its tokenizer (LoRA: merged, and the adapter alone in
-    ``out/adapter``); rank 0 writes it."""
+    ``out/adapter``) and, given ``parser``, the record of the parser it answers for; rank 0 writes it."""
     if not dp.is_main():
         return out
     if lora:
@@ -104,4 +105,6 @@ def export(out: Path, module: torch.nn.Module, tokenizer, lora: bool) -> Path:
     else:
         module.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    if parser is not None:
+        save_parser(out, *parser)
     return out

@@ -210,7 +210,8 @@ class Trainer:
         return self.step_idx
 
     def export(self) -> Path:
-        return checkpoint.export(self.run_dir / checkpoint.FINAL, self.actor.module, self.tokenizer, self.lora)
+        parser = (self.cfg.rollout.parser, dict(self.cfg.rollout.parser_options))
+        return checkpoint.export(self.run_dir / checkpoint.FINAL, self.actor.module, self.tokenizer, self.lora, parser)
 
     def close(self) -> None:
         getattr(self.engine, "close", lambda: None)()

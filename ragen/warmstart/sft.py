@@ -173,7 +173,7 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
     """
     from ragen.models.distributed import pick_device, set_threads
     from ragen.envs.env_lists import env_names
-    from ragen.models.load import load_model_and_tokenizer
+    from ragen.models.load import load_model_and_tokenizer, save_parser
     from ragen.rollout import ChatFormat
     from ragen.plugins.components import parser_thinks
 
@@ -194,6 +194,7 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
                       device=device, progress=cfg.logging.progress, stop=stop, prompt_weight=prompt_weight(cfg))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    save_parser(out, cfg.rollout.parser, cfg.rollout.parser_options)
     shutil.rmtree(out / "model-source", ignore_errors=True)
     metrics.update({"sft/demo_success": demos.metrics.get("success", 0.0), "sft/demos": float(len(demos.trajectories))})
     log.info("warmstart_done", **{k.split("/")[-1]: round(float(v), 4) for k, v in metrics.items()})

@@ -1,0 +1,36 @@
+"""rollout.parser='auto' and `--parser auto`: answer-only for the built-in small model, the recorded parser of a
+ragen-trained folder for `ragen eval`, think-answer otherwise."""
+
+import json
+
+import pytest
+
+from ragen.cli.options import resolved_parser
+from ragen.config import RunConfig, load_config, to_dict
+from ragen.models.load import save_parser, trained_parser
+
+
+def test_auto_resolves_once_by_model_and_an_explicit_parser_wins():
+    assert RunConfig().rollout.parser == "answer"  # the default model is `small`
+    assert load_config(overrides=["model.name=tiny"]).rollout.parser == "think-answer"
+    assert load_config(overrides=["model.name=/some/real/model"]).rollout.parser == "think-answer"
+    assert load_config(overrides=["rollout.parser=think-answer"]).rollout.parser == "think-answer"
+    assert to_dict(RunConfig())["rollout"]["parser"] == "answer"  # config.yaml holds the resolved name
+
+
+def test_eval_reads_the_parser_a_folder_records(tmp_path):
+    save_parser(tmp_path, "think-answer", {"enable_think": False})
+    assert trained_parser(str(tmp_path)) == ("think-answer", {"enable_think": False})
+    assert resolved_parser("auto", (), str(tmp_path)) == ("think-answer", ("enable_think=False",))
+    assert resolved_parser("auto", ("enable_think=True",), str(tmp_path)) == ("think-answer", ("enable_think=True",))
+    assert resolved_parser("answer", (), str(tmp_path)) == ("answer", ())  # --parser NAME always wins
+
+
+@pytest.mark.parametrize("record", [None, "not json", json.dumps({"no": "parser"})])
+def test_a_folder_without_a_good_record_falls_back_to_the_model_default(tmp_path, record):
+    if record is not None:
+        (tmp_path / "ragen-parser.json").write_text(record)
+    assert trained_parser(str(tmp_path)) is None
+    assert resolved_parser("auto", (), str(tmp_path)) == ("think-answer", ())
+    assert resolved_parser("auto", (), "small") == ("answer", ())
+    assert resolved_parser("auto", ()) == ("think-answer", ())  # `ragen play` has no model
