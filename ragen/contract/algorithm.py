@@ -14,6 +14,7 @@ PLACEMENTS = ("trajectory", "turn")
 KL_TYPES = ("k1", "k2", "k3", "abs")
 RATIO_LEVELS = ("token", "sequence")
 FILTER_SCALINGS = ("none", "linear", "sqrt")
+SUCCESS_GATES = ("auto", "always", "never")
 
 
 @attrs.frozen(kw_only=True)
@@ -48,6 +49,12 @@ class AlgorithmPreset:
     kl_target: float | None = option(None, "Adaptive KL-in-reward: target KL; None keeps beta fixed.", range=POSITIVE)
     kl_horizon: int = option(10000, "Adaptive KL-in-reward horizon in trajectories (verl's default).", range=AT_LEAST_1)
     log_ref_kl: bool = option(False, "Load the reference model and log actor/ref_kl even with no KL term.")
+    success_gate: str = option(
+        "auto", "Leave out of the update (before the filters) every group in which no member succeeded: 'auto' does it "
+                "for envs that declare a step_cost (Sokoban) when the preset compares members of a group (no critic, or "
+                "a filter), so the per-action cost cannot push towards fewer actions on its own; 'always' for every env "
+                "(one that never reports success then trains nothing); 'never' (RAGEN). docs/algorithms.md.",
+        choices=SUCCESS_GATES)
     filter_loss_scaling: str = option("none", "Scale advantages by the kept-group ratio: none, linear or sqrt (§4.3).",
                                       choices=FILTER_SCALINGS)
     description: str = option("", "One line for listings.")
@@ -107,6 +114,9 @@ class FilterInput:
                                           "groups by these ids.")
     successes: Sequence[bool] = option((), "list[bool]: whether each episode succeeded.")
     lengths: Sequence[int] = option((), "list[int]: sampled (trained) tokens of each trajectory, Σ loss_mask.")
+    n_groups: int = option(0, "int: groups of the step's rollout, before the success gate and any pre-filter left some "
+                                 "out (top_k's fraction counts them, algorithms.md §7.2); 0: count the groups in group_ids.",
+                           range=NON_NEGATIVE)
     entropies: Sequence[float] | None = option(None, "list[float] | None: the mean token entropy of each trajectory, "
                                                      "computed only when the filter callable has needs_entropy = True.")
     metrics: dict = option(factory=dict, doc="dict[str, float]: write your own numbers here (e.g. a clip rate); the "

@@ -149,6 +149,11 @@ class Env(gymnasium.Env):
     #: class consumes), e.g. ``("task_index",)``: any other key is refused with a ``ConfigError`` before ``_reset``
     #: runs. None (the default) passes every key on to ``_reset`` unchecked.
     reset_options: ClassVar[tuple[str, ...] | None] = None
+    #: the reward every executed action adds (Sokoban: gym-sokoban's -0.1), 0.0 for none. Declaring it tells the
+    #: trainer that unsuccessful episodes of this env can differ by their action count alone: with the algorithm's
+    #: ``success_gate`` on ``auto`` their all-fail groups are left out of group-relative updates (docs/algorithms.md,
+    #: "The step cost cannot be farmed")
+    step_cost: ClassVar[float] = 0.0
 
     action_separator: str | None = "||"
 

@@ -132,8 +132,8 @@ def reordered(inp, order: Sequence[int]):
     changes = {}
     for field in attrs.fields(type(inp)):
         value = getattr(inp, field.name)
-        if value is None or isinstance(value, dict) or (isinstance(value, Sequence) and not value):
-            continue  # None, the component's own metrics dict, or an empty field: nothing to reorder
+        if value is None or isinstance(value, (dict, int, float)) or (isinstance(value, Sequence) and not value):
+            continue  # None, the component's own metrics dict, a batch-wide number (n_groups), or an empty field
         if hasattr(value, "shape"):  # a tensor: rows are trajectories
             import torch
 

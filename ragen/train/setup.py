@@ -28,6 +28,7 @@ from ragen.plugins.loader import get_registry
 from ragen.rollout.engines import make_rollout_engine
 from ragen.log import log
 from ragen.train import provenance
+from ragen.train.gate import make_gate
 from ragen.train.early_stop import EarlyStopper
 from ragen.train.policy import Policy
 from ragen.train.runlog import NullWriter, RunWriter
@@ -72,6 +73,7 @@ class Parts:
     preset: AlgorithmPreset
     estimator: Any
     filters: list  #: pre-filter, then filter (the preset's, where named)
+    gate: Any  #: trajectories -> the group ids the success gate leaves out (``ragen.train.gate``); None: off
     shapers: list
     tokenizer: Any
     model_source: Any  #: where the policy's weights come from (``ragen.models.load.resolve_model``)
@@ -96,7 +98,7 @@ def build(cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path 
     dp.set_threads(cfg.trainer.threads)  # before any torch work: rollout and update share it
     dtype = resolve_dtype(cfg.model.dtype, str(device))
     seed_everything(cfg.trainer.seed)
-    preset, env_configs, estimator, filters, shapers, parser = _components(cfg)
+    preset, env_configs, estimator, filters, shapers, parser, gate = _components(cfg)
     dp.init_distributed(device)
     rank, world = dp.rank(), dp.world_size()
     model, tokenizer, source = _policy_model(cfg, run_dir, device, dtype, init_model)
@@ -110,18 +112,20 @@ def build(cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path 
     early_stop, collapse = EarlyStopper(cfg.early_stop), _collapse(cfg, tokenizer)
     writer = _writer(cfg, run_dir, resume, device)
     return Parts(device=device, dtype=dtype, rank=rank, world=world, preset=preset, estimator=estimator,
-                 filters=filters, shapers=shapers, tokenizer=tokenizer, model_source=source, lora=lora, actor=actor,
+                 filters=filters, gate=gate, shapers=shapers, tokenizer=tokenizer, model_source=source,
+                 lora=lora, actor=actor,
                  critic=critic, reference=reference, engine=engine, policy=policy, updater=updater,
                  rollout=_rollout(cfg, engine, tokenizer, parser, rank, world), early_stop=early_stop,
                  collapse=collapse, writer=writer)
 
 
 def _components(cfg: RunConfig) -> tuple:
-    """The preset, the training envs' configs, the estimator, filters, shapers and parser, by name."""
+    """The preset, the training envs' configs, the estimator, filters, shapers, parser and the success gate, by
+    name."""
     preset = resolve_preset(cfg)
     check_plan(cfg)  # every train/val env exists and takes its options
-    env_configs = [component_config(get_registry("env").get(p.name), p.options, path="env.options")
-                   for p in train_plan(cfg)]
+    envs = {p.name: get_registry("env").get(p.name) for p in train_plan(cfg)}
+    env_configs = [component_config(envs[p.name], p.options, path="env.options") for p in train_plan(cfg)]
     estimator = make_component("estimator", preset.estimator, **preset.estimator_options)
     filters = [make_component("filter", name, **opts) for name, opts in
                ((preset.pre_filter, preset.pre_filter_options), (preset.filter, preset.filter_options)) if name]
@@ -129,7 +133,8 @@ def _components(cfg: RunConfig) -> tuple:
     parser = make_component("parser", cfg.rollout.parser, **cfg.rollout.parser_options)
     if preset.use_critic is False and preset.estimator == "gae":
         raise ConfigError("algo.options.use_critic: the gae estimator needs a critic")
-    return preset, env_configs, estimator, filters, shapers, parser
+    gate = make_gate(preset, {name: item.factory for name, item in envs.items()})
+    return preset, env_configs, estimator, filters, shapers, parser, gate
 
 
 def _policy_model(cfg: RunConfig, run_dir: Path, device: torch.device, dtype: torch.dtype, init_model: Path | None):

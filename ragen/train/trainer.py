@@ -40,7 +40,7 @@ class Trainer:
         self.device, self.dtype, self.rank, self.world = parts.device, parts.dtype, parts.rank, parts.world
         # components, by name, from the registries
         self.preset, self.estimator = parts.preset, parts.estimator
-        self.filters, self.shapers = parts.filters, parts.shapers
+        self.filters, self.shapers, self.gate = parts.filters, parts.shapers, parts.gate
         # models and engines; the reference policy: with LoRA the base model with adapters disabled, else a frozen copy
         self.tokenizer, self.model_source, self.lora = parts.tokenizer, parts.model_source, parts.lora
         self.actor, self.critic, self.reference, self.engine = parts.actor, parts.critic, parts.reference, parts.engine
@@ -78,8 +78,8 @@ class Trainer:
         # ==== FILTER: keep or drop whole groups, always on raw rewards ====
         with timer.phase("filter"):
             rows, kept_ratio = self._filter(trajs, metrics)
-        if not rows:
-            log.warning("empty_after_filter", step=step)
+        if not rows:  # a batch without a success under the gate is no filter's doing: it does not count towards a stop
+            log.warning("empty_after_filter" if metrics["rollout/empty_after_filter"] else "no_success_in_batch", step=step)
             return self._log(metrics, trajs, timer)
 
         # ==== SHAPE: training scores of the kept trajectories (normalisation, penalties); raw stays untouched ====
@@ -115,14 +115,17 @@ class Trainer:
         return self._log(metrics, trajs, timer)
 
     def _filter(self, trajs: list, metrics: dict) -> tuple[list[int], float]:
-        """Rows of the kept groups (pre-filter, then filter) and the kept-group ratio; counts empty steps."""
+        """Rows of the kept groups (success gate, pre-filter, then filter) and the kept-group ratio; counts steps the
+        filters emptied."""
         keep = {t.group_id for t in trajs}
         n_groups = len(keep)
-        entropies = self._entropies(trajs) if any(getattr(f, "needs_entropy", False) for f in self.filters) else None
-        for i, filt in enumerate(self.filters):
+        keep -= self._gate(trajs, metrics)
+        gate_emptied = not keep
+        entropies = self._entropies(trajs) if keep and any(getattr(f, "needs_entropy", False) for f in self.filters) else None
+        for i, filt in enumerate(self.filters if keep else ()):
             idx = [j for j, t in enumerate(trajs) if t.group_id in keep]
             res = boundary.call_filter(filt, metrics, raw_rewards=[trajs[j].score for j in idx],
-                                       group_ids=[trajs[j].group_id for j in idx],
+                                       group_ids=[trajs[j].group_id for j in idx], n_groups=n_groups,
                                        successes=[trajs[j].success for j in idx],
                                        lengths=[trajs[j].response_length for j in idx],
                                        entropies=None if entropies is None else [entropies[j] for j in idx])
@@ -132,8 +135,18 @@ class Trainer:
         rows = [i for i, t in enumerate(trajs) if t.group_id in keep]
         ratio = len(keep) / max(n_groups, 1)
         metrics["rollout/filter_kept_ratio"] = ratio
-        metrics["rollout/empty_after_filter"] = float(not rows)
+        metrics["rollout/empty_after_filter"] = float(not rows and not gate_emptied)
         return rows, ratio
+
+    def _gate(self, trajs: list, metrics: dict) -> set[int]:
+        """The groups the success gate leaves out (``ragen.train.gate``), counted per step when it is active."""
+        if self.gate is None:
+            return set()
+        out, n_groups = self.gate(trajs), len({t.group_id for t in trajs})
+        metrics["rollout/success_gate_groups"] = float(len(out))
+        metrics["rollout/success_gate_ratio"] = len(out) / max(n_groups, 1)
+        metrics["rollout/success_gate_empty"] = float(len(out) == n_groups)  # this step trained nothing
+        return out
 
     def _entropies(self, trajs: list) -> list[float]:
         """Mean token entropy over each trajectory's sampled tokens (for the entropy filter metrics)."""

@@ -114,9 +114,10 @@ def select_top_p_softmax(cands: list[tuple[int, float]], value: float, temperatu
     return [cands[i][0] for i in order[:k]]
 
 
-def select(config: V2FilterConfig, scores: dict[int, float]) -> list[int]:
-    """The kept group ids (§7.2)."""
-    n_groups = len(scores)
+def select(config: V2FilterConfig, scores: dict[int, float], n_groups: int = 0) -> list[int]:
+    """The kept group ids (§7.2); top_k's fraction counts ``n_groups`` (the rollout's groups, before the success gate
+    or a pre-filter left some out), by default the scored ones."""
+    n_groups = n_groups or len(scores)
     cands = {g: s for g, s in scores.items() if config.include_zero or abs(s) > ZERO}
     largest = config.type == "largest"
     ordered = _ordered(cands, largest)
@@ -167,7 +168,7 @@ def make_v2(config: V2FilterConfig):
 
     def apply(inp: FilterInput) -> FilterResult:
         scores = group_scores(inp, config.metric)
-        kept = select(config, scores)
+        kept = select(config, scores, inp.n_groups)
         return FilterResult(kept_groups=sorted(kept), metrics=filter_metrics(inp, config.metric, scores, kept))
 
     apply.needs_entropy = config.needs_entropy

@@ -105,6 +105,18 @@ def test_top_k_fraction_counts_all_groups_and_is_at_least_one():
     assert kept(inp=inp, strategy="top_k_abs", value=20, include_zero=False) == [0, 1, 3, 4]
 
 
+
+def test_top_k_fraction_counts_the_rollouts_groups_when_some_were_left_out_before():
+    """The success gate or a pre-filter leaves 3 of the rollout's 8 groups in play: 25% of 8 keeps 2 of them, not
+    max(1, 25% of 3) = 1 (spec §7.2: n_groups = all groups)."""
+    import attrs
+
+    inp = with_stds([0.1, 0.4, 0.3])
+    assert kept(inp=inp, strategy="top_k", value=0.25) == [1]
+    assert kept(inp=attrs.evolve(inp, n_groups=8), strategy="top_k", value=0.25) == [1, 2]
+    assert kept("top-k-0.25", inp=attrs.evolve(inp, n_groups=8)) == [1, 2]
+
+
 def test_min_p_both_directions():
     inp = with_stds([0.1, 0.4, 0.3, 0.2])
     assert kept(inp=inp, strategy="min_p", value=0.5) == [1, 2, 3]  # >= 0.2

@@ -122,6 +122,7 @@ class SokobanEnv(Env):
 
     config_cls = SokobanConfig
     reset_options = ("task_index",)  # boxoban levels only; procedural levels come from the seed alone
+    step_cost = STEP_PENALTY  # every move costs it: all-fail groups would differ by action count alone
 
     def __init__(self, config: SokobanConfig | None = None, render_mode: str | None = "ansi"):
         super().__init__(config, render_mode)
