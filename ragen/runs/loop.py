@@ -110,7 +110,8 @@ def _start(trainer: Trainer, resumed: bool, warm_metrics: dict) -> None:
 
 def run_steps(trainer: Trainer) -> None:
     """Steps until ``trainer.steps``, an early stop, the wall-time limit or Ctrl-C; validation every ``test_freq`` steps
-    and after the last one, a checkpoint every ``save_freq`` steps and after the last one."""
+    and after the last one (with the greedy pass compared level by level to the one before RL, unless Ctrl-C stopped
+    the run), a checkpoint every ``save_freq`` steps and after the last one."""
     cfg = trainer.cfg.trainer
     t_start = time.perf_counter()
     bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress and dp.is_main())
@@ -126,8 +127,11 @@ def run_steps(trainer: Trainer) -> None:
             if step == cfg.steps or out_of_time or stop or (cfg.test_freq and step % cfg.test_freq == 0):
                 res.metrics.update(trainer.validate())
                 stop = stop or trainer.early_stop.after_validation(res.metrics)
+            last = bool(stop or out_of_time or step == cfg.steps)
+            if last and trainer.cfg.rollout.n_paired_levels:  # in the last step's row, so rows[-1] stays a step's row
+                res.metrics.update(_paired_after(trainer))
             trainer.writer.metrics(step, res.metrics)
-            _show(trainer, bar, res.metrics, last=bool(stop or out_of_time or step == cfg.steps))
+            _show(trainer, bar, res.metrics, last=last)
             if stop:
                 log.warning("early_stopped", step=step, reason=stop)
                 break
@@ -161,8 +165,6 @@ def _finish(trainer: Trainer) -> None:
     if trainer.interrupted:  # checkpointed, not exported: the run is unfinished
         raise Interrupted(f"interrupted after step {trainer.step_idx}; checkpoint saved, continue with "
                           f"`ragen run --resume {trainer.run_dir}`")
-    if trainer.cfg.rollout.n_paired_levels:
-        trainer.writer.metrics(trainer.step_idx, _paired_after(trainer))
     final = trainer.export()
     if trainer.updater.fatal:  # checkpointed and exported: now the one-line error and a non-zero exit
         raise RagenError(trainer.updater.fatal)

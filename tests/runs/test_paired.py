@@ -110,3 +110,25 @@ def test_run_prints_the_paired_comparison_that_metrics_jsonl_holds(tmp_path):
     played = [json.loads(line) for line in (run / "paired_trajectories.jsonl").read_text().splitlines()]
     for label in ("before", "after"):
         assert sorted(r["seed"] for r in played if r["pass"] == label) == [123, 124, 125, 126]
+
+
+def test_report_lists_the_paired_comparison(tmp_path):
+    from ragen.runs.report import build_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    p = metrics(compare({i: False for i in range(4)}, {i: True for i in range(4)}))  # 0% -> 100%: z 2
+    rows = [{"step": 0, "val/success": 0.0, "paired/success_before": 0.0},
+            {"step": 1, "val/success": 1.0, **p, "paired/optimal_action_rate_before": 0.25,
+             "paired/optimal_action_rate_after": 0.75}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = build_report([run], tmp_path / "r.html").read_text()
+    table = page[page.index("<table class=paired>"):]
+    row = table[:table.index("</table>")].split("<tr>")[2]
+    cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
+    assert cells == ["run", "4", "0.0%", "100.0%", "+100.0", "50.0", "2.00", "4 / 0", "25.0% &rarr; 75.0%",
+                     "better than noise"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    assert "No paired comparison" in build_report([empty], tmp_path / "e.html").read_text()
