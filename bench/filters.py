@@ -36,6 +36,7 @@ def common(args, root: Path) -> list[str]:
         "rollout.n_groups=8",
         "rollout.group_size=8",
         f"rollout.n_val_groups={args.val_seeds}",
+        f"rollout.n_paired_levels={args.val_seeds}",  # the greedy before/after pass on the same levels
         "trainer.ppo_mini_batch_size=32",
         "trainer.micro_batch_size=8",
         "trainer.save_freq=0",

@@ -51,6 +51,7 @@ def run(model: Path, root: Path, args) -> Path:
     cmd = [sys.executable, "-m", "ragen", "run", "--env", "sokoban", "--algo", "grpo", "--model", str(model),
            "--no-warmstart", f"trainer.steps={args.steps}", "trainer.test_freq=0", "trainer.save_freq=0",
            f"rollout.n_groups={args.groups}", f"rollout.group_size={args.group_size}", "rollout.n_val_groups=8",
+           "rollout.n_paired_levels=0",  # throughput only: no greedy before/after pass
            f"rollout.response_length={args.response_length}", f"env.options.max_turns={args.turns}",
            f"trainer.ppo_mini_batch_size={args.groups * args.group_size}", f"trainer.micro_batch_size={args.micro}",
            f"rollout.max_batch={args.groups * args.group_size}",

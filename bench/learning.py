@@ -55,6 +55,7 @@ def run_one(env: str, algo: str, seed: int, args, root: Path) -> dict:
     cmd = [sys.executable, "-m", "ragen", "run", "--env", env, "--algo", algo, "--model", args.model,
            f"trainer.seed={seed}", f"trainer.steps={steps}", f"trainer.test_freq={args.test_freq or spec['test_freq']}",
            "trainer.save_freq=0", f"trainer.threads={args.threads}", f"rollout.n_val_groups={args.val_seeds}",
+           f"rollout.n_paired_levels={args.val_seeds}",  # the greedy before/after pass on the same levels
            "logging.progress=false", "logging.save_trajectories=0", f"logging.run_dir={root}", f"logging.name={name}",
            "collapse.enabled=false", "early_stop.enabled=false", *spec["overrides"], *args.override]
     t0 = time.perf_counter()

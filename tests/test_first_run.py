@@ -56,7 +56,7 @@ def test_first_run_reaches_step_one_quickly_and_builds_no_op(fresh_venv, tmp_pat
                HF_HOME=str(home / "hf"), TRITON_CACHE_DIR=str(home / "triton"), PATH=f"{fresh_venv.parent}:{env['PATH']}")
     run_dir = tmp_path / "runs"
     cmd = [str(fresh_venv), "-m", "ragen", "run", "--no-warmstart", "--env", "frozenlake", "env.options.response_length=24",
-           "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
+           "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.ppo_mini_batch_size=4",
            "trainer.steps=1", "trainer.threads=1", "logging.progress=false", f"logging.run_dir={run_dir}",
            "logging.name=first"]
     config, metrics = run_dir / "first" / "config.yaml", run_dir / "first" / "metrics.jsonl"

@@ -82,6 +82,13 @@ class RolloutSection:
                                   "way). k > 0 cycles through k fixed levels; 1 pins every group to one level: the "
                                   "overfitting check that shows the RL loop learns (CI's learning gate).", range=NON_NEGATIVE)
     val_temperature: float = option(0.5, "Validation sampling temperature (RAGEN: 0.5).", range=NON_NEGATIVE)
+    n_paired_levels: int = option(256, "Levels (per validation env; the validation seeds 123..) played greedily, one "
+                                  "episode each, before RL and after it, compared level by level: the summary's paired "
+                                  "change, SE and z (docs/running.md). Two T 0.5 validations of one model on 128 levels "
+                                  "disagreed on 21-33 of them; greedy and paired, 256 levels resolve a few points. "
+                                  "0 = off. The intermediate validations stay at val_temperature.",
+                                  range=Range(0, 9877, why="the validation seeds 123.. must stay below the training "
+                                              "seeds, which start at 10000"))
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).", range=AT_LEAST_1)
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = the env's own response_length.", range=NON_NEGATIVE)
     parser: str = option("auto", "The registered action parser applied to responses (`ragen run --parser`). 'auto' = "

@@ -483,6 +483,13 @@ class Rollout:
         params = SamplingParams(temperature=float(self.cfg.rollout.val_temperature), top_p=1.0, seed=seed)
         return self._run(self.val_groups, 0, params, policy_version, progress=progress)
 
+    def paired_batch(self, n_levels: int, policy_version: int = 0, progress: Any = None) -> RolloutResult:
+        """``n_levels`` validation levels of each validation env (seeds 123..), one greedy episode each: the before/after
+        comparison of a run (ragen/runs/paired.py). Its own pool, closed after the pass: it runs twice per run."""
+        specs = [GroupSpec(p.name, int(n_levels), dict(p.options)) for p in self._val_plan]
+        with EnvGroups.validation(specs, **self._factory) as groups:
+            return self._run(groups, 0, SamplingParams(temperature=0.0, top_p=1.0), policy_version, progress=progress)
+
     def close(self) -> None:
         for groups in (self.train_groups, self._val_groups):
             if groups is not None:

@@ -105,12 +105,13 @@ def _start(trainer: Trainer, resumed: bool, warm_metrics: dict) -> None:
         trainer.writer.metrics(0, warm_metrics)
     val = trainer.validate()
     trainer.early_stop.after_validation(val)
-    trainer.writer.metrics(0, val)
+    trainer.writer.metrics(0, {**val, **_paired_before(trainer)})
 
 
 def run_steps(trainer: Trainer) -> None:
     """Steps until ``trainer.steps``, an early stop, the wall-time limit or Ctrl-C; validation every ``test_freq`` steps
-    and after the last one, a checkpoint every ``save_freq`` steps and after the last one."""
+    and after the last one (with the greedy pass compared level by level to the one before RL, unless Ctrl-C stopped
+    the run), a checkpoint every ``save_freq`` steps and after the last one."""
     cfg = trainer.cfg.trainer
     t_start = time.perf_counter()
     bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress and dp.is_main())
@@ -126,8 +127,11 @@ def run_steps(trainer: Trainer) -> None:
             if step == cfg.steps or out_of_time or stop or (cfg.test_freq and step % cfg.test_freq == 0):
                 res.metrics.update(trainer.validate())
                 stop = stop or trainer.early_stop.after_validation(res.metrics)
+            last = bool(stop or out_of_time or step == cfg.steps)
+            if last and trainer.cfg.rollout.n_paired_levels:  # in the last step's row, so rows[-1] stays a step's row
+                res.metrics.update(_paired_after(trainer))
             trainer.writer.metrics(step, res.metrics)
-            _show(trainer, bar, res.metrics, last=bool(stop or out_of_time or step == cfg.steps))
+            _show(trainer, bar, res.metrics, last=last)
             if stop:
                 log.warning("early_stopped", step=step, reason=stop)
                 break
@@ -165,3 +169,41 @@ def _finish(trainer: Trainer) -> None:
     if trainer.updater.fatal:  # checkpointed and exported: now the one-line error and a non-zero exit
         raise RagenError(trainer.updater.fatal)
     log.info("run_finished", run_dir=str(trainer.run_dir), final_model=str(final), steps=trainer.step_idx)
+
+
+#: the state-dependence numbers of a greedy pass kept beside its success (where the env's expert judges actions)
+_PAIRED_STATE = ("optimal_action_rate", "optimal_action_chance")
+
+
+def _paired_before(trainer: Trainer) -> dict:
+    """The greedy pass before RL (ragen/runs/paired.py); its per-level outcomes stay in paired_trajectories.jsonl,
+    where the pass after RL reads them back (a resumed run included)."""
+    if not trainer.cfg.rollout.n_paired_levels:
+        return {}
+    m, trajs = trainer.paired_validate("before")
+    log.info("paired_before", levels=len(trajs), success=m.get("success"))
+    return {"paired/success_before": m.get("success", 0.0),
+            **{f"paired/{k}_before": m[k] for k in _PAIRED_STATE if k in m}}
+
+
+def _paired_after(trainer: Trainer) -> dict:
+    """The greedy pass after RL compared level by level with the pass before it: the ``paired/*`` metrics."""
+    from ragen.runs import paired
+    from ragen.runs.plot import read_jsonl
+
+    m, trajs = trainer.paired_validate("after")
+    if not dp.is_main():  # every rank plays its levels; rank 0 writes the comparison
+        return {}
+    rows = read_jsonl(trainer.run_dir / "paired_trajectories.jsonl")
+    before_rows = [r for r in rows if r.get("pass") == "before"]
+    before = {(r["env_name"], int(r["seed"])): bool(r["success"]) for r in before_rows}
+    if not before:  # a run resumed from a folder written before the paired pass existed
+        log.warning("paired_before_missing", file="paired_trajectories.jsonl")
+        return {}
+    result = paired.compare(before, paired.level_successes(trajs))
+    first = next((r for r in read_jsonl(trainer.run_dir / "metrics.jsonl") if "paired/success_before" in r), {})
+    out = {**paired.metrics(result), **{f"paired/{k}_after": m[k] for k in _PAIRED_STATE if k in m},
+           **{k: first[k] for k in (f"paired/{s}_before" for s in _PAIRED_STATE) if k in first}}
+    log.info("paired_comparison", levels=result.levels, change=result.change, se=result.se, z=result.z,
+             verdict=paired.verdict(result.z))
+    return out

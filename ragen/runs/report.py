@@ -310,6 +310,35 @@ def _state_html(runs: list[dict]) -> str:
                     if bars else "")
 
 
+# ---- the greedy before/after comparison (issue 24) ----------------------------------------------------------------
+
+
+def _paired_html(runs: list[dict]) -> str:
+    """One row per run with a paired comparison: greedy success before and after RL on the same levels, the paired
+    change, its SE and z, the discordant levels, optimal moves before and after (ragen/runs/paired.py)."""
+    from ragen.runs.paired import verdict as paired_verdict
+
+    rows = [(r["name"], p) for r in runs
+            if (p := next((m for m in reversed(r["metrics"]) if m.get("paired/change") is not None), None))]
+    if not rows:
+        return "<p>No paired comparison (rollout.n_paired_levels = 0, or the run has not finished).</p>"
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    body = "".join(
+        f"<tr><td>{html.escape(n)}</td><td class=num>{int(p['paired/levels'])}</td>"
+        f"<td class=num>{pct(p['paired/success_before'])}</td><td class=num>{pct(p['paired/success_after'])}</td>"
+        f"<td class=num>{100 * p['paired/change']:+.1f}</td><td class=num>{100 * p['paired/se']:.1f}</td>"
+        f"<td class=num>{p['paired/z']:.2f}</td><td class=num>{int(p['paired/discordant_better'])} / "
+        f"{int(p['paired/discordant_worse'])}</td><td class=num>{pct(p.get('paired/optimal_action_rate_before'))} &rarr; "
+        f"{pct(p.get('paired/optimal_action_rate_after'))}</td><td>{html.escape(paired_verdict(p['paired/z']))}</td></tr>"
+        for n, p in rows)
+    return ("<table class=paired><tr><th>run</th><th>levels</th><th>greedy success before</th><th>after</th>"
+            "<th>change (points)</th><th>SE</th><th>z</th><th>levels better / worse</th><th>optimal moves</th>"
+            f"<th>verdict</th></tr>{body}</table>")
+
+
 def _state_bars(bars: list[tuple[str, dict]]):
     """Optimal-move rate per run and env as bars, each with its chance level as a black tick."""
     height = 1.0 + 0.4 * len(bars)
@@ -344,6 +373,7 @@ def render(runs: list[dict]) -> str:
         "CURVES": _panels(curves, metrics) if metrics else "<p>No training curves (an eval folder, or no step trained yet).</p>",
         "COLLAPSE": _collapse_html(runs, curves) if curves else "<p>No training metrics.</p>",
         "STATE": _state_html(runs),
+        "PAIRED": _paired_html(runs),
         "SUMMARY": "".join(_summary_html(r) for r in runs),
         "CONFIG": "".join(f"<details><summary>{html.escape(r['name'])}/config.yaml</summary><pre>"
                           f"{html.escape(r['config'] or '(none)')}</pre></details>" for r in runs),

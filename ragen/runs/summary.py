@@ -1,4 +1,5 @@
-"""The end-of-run summary: validation success before RL and after, the change and its standard error.
+"""The end-of-run summary: validation success before RL and after, the change and its standard error, and the
+greedy before/after comparison on the same levels (``paired/*``, ragen/runs/paired.py).
 
 Every number comes from the run's ``metrics.jsonl`` (so the summary and the file cannot disagree): the step-0
 validation is "before RL" (after the warm start, if any), the last validation is "after RL".
@@ -42,6 +43,9 @@ def run_summary(run_dir: str | Path) -> dict:
             out[name] = {"step": row["step"], "success": p, "n": n, "se": _se(p, n),
                          "valid_format_rate": row.get("val/valid_format_rate"), "score": row.get("val/score"),
                          **{key: row.get(f"val/{key}") for key in STATE_KEYS}}
+    paired_row = next((r for r in reversed(rows) if r.get("paired/change") is not None), None)
+    if paired_row is not None:
+        out["paired"] = {k.removeprefix("paired/"): v for k, v in paired_row.items() if k.startswith("paired/")}
     if before is not None and after is not None:
         change = out["after"]["success"] - out["before"]["success"]
         out["change"] = change
@@ -70,7 +74,25 @@ def format_summary(s: dict) -> str:
         z = s["change"] / s["change_se"] if s["change_se"] > 0 else float("nan")
         lines.append(f"  change: {100 * s['change']:+.1f} points ± {100 * s['change_se']:.1f} (s.e.; {z:+.1f} s.e.)")
     lines += _state_lines(s)
+    lines += _paired_lines(s.get("paired"))
     return "\n".join(lines)
+
+
+def _paired_lines(p: dict | None) -> list[str]:
+    """The greedy before/after comparison on the same levels (ragen/runs/paired.py), in plain words."""
+    if not p:
+        return []
+    from ragen.runs.paired import verdict
+
+    lines = [f"  greedy success on {int(p['levels'])} held-out levels: {_pct(p['success_before'])} -> "
+             f"{_pct(p['success_after'])} (paired change {100 * p['change']:+.1f} points, SE {100 * p['se']:.1f}, "
+             f"z {p['z']:.1f}: {verdict(p['z'])}; {int(p['discordant_better'])} levels better, "
+             f"{int(p['discordant_worse'])} worse)"]
+    if p.get("optimal_action_rate_after") is not None:
+        lines.append("  greedy optimal moves: " + " -> ".join(
+            f"{_pct(p.get(f'optimal_action_rate_{w}'))} (chance {_pct(p.get(f'optimal_action_chance_{w}'))})"
+            for w in ("before", "after")))
+    return lines
 
 
 def _state_lines(s: dict) -> list[str]:

@@ -77,7 +77,7 @@ def _clean(value: Any) -> Any:
 
 
 #: the run folder's JSONL files, each row with the ``step`` it belongs to
-APPENDED_JSONL = ("metrics.jsonl", "trajectories.jsonl", "val_trajectories.jsonl")
+APPENDED_JSONL = ("metrics.jsonl", "trajectories.jsonl", "val_trajectories.jsonl", "paired_trajectories.jsonl")
 
 
 def _lines_up_to(path: Path, step: int) -> list[str]:

@@ -202,6 +202,18 @@ class Trainer:
         self.writer.trajectories("val_trajectories.jsonl", [{"step": self.step_idx, **t.to_dict()} for t in result.trajectories])
         return {f"val/{k}": v for k, v in result.metrics.items()}
 
+    def paired_validate(self, label: str) -> tuple[dict, list]:
+        """The greedy pass over ``rollout.n_paired_levels`` fixed levels (``label``: 'before' or 'after' RL): its
+        rollout metrics and trajectories (every rank's), the trajectories also in paired_trajectories.jsonl."""
+        bar = progress(0, 0, self.cfg.logging.progress and dp.is_main(), desc=f"greedy levels ({label})", unit="turn",
+                       leave=False)
+        with bar:
+            result = gather(self._rollout.paired_batch(self.cfg.rollout.n_paired_levels, policy_version=self.step_idx,
+                                                       progress=bar), self.world)
+        self.writer.trajectories("paired_trajectories.jsonl",
+                                 [{"step": self.step_idx, "pass": label, **t.to_dict()} for t in result.trajectories])
+        return result.metrics, result.trajectories
+
     def save_checkpoint(self) -> Path:
         state = {"step": self.step_idx, "rng": checkpoint.rng_state(),
                  "early_stop": self.early_stop.state_dict(), "kl_beta": self.kl_beta,

@@ -21,7 +21,8 @@ from ragen.rollout import HFEngine, Rollout
 
 tiny, fmt = tr.tiny, tr.fmt
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["model.name=tiny", "warmstart.mode=never", "collapse.enabled=false", "logging.progress=false"]
+TINY = ["model.name=tiny", "warmstart.mode=never", "collapse.enabled=false", "logging.progress=false",
+        "rollout.n_paired_levels=2"]
 
 
 def test_apportion_by_weight_sums_to_the_total():
@@ -66,7 +67,7 @@ def _toy_cfg(*overrides):
         " {name: guess, options: {response_length: 12, max_tokens: 12, max_turns: 2}, parser: answer}]",
         "env.val=[{name: guess, options: {response_length: 12, max_tokens: 12}, n_groups: 2},"
         " {name: count, options: {response_length: 32, max_tokens: 16, max_turns: 2}}]",
-        "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=3", *overrides])
+        "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=3", "rollout.n_paired_levels=3", *overrides])
     return cfg
 
 
@@ -133,7 +134,7 @@ def _run(tmp_path, *args):
 @pytest.mark.slow
 def test_generalisation_config_trains_on_sokoban_and_validates_on_four_envs(tmp_path):
     run, rows = _run(tmp_path, "--config", str(ROOT / "configs" / "generalisation.yaml"), *TINY, "trainer.steps=2",
-                     "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=24",
+                     "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "rollout.response_length=24",
                      "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4", "trainer.threads=1")
     vals = [r for r in rows if "val/success" in r]
     assert [r["step"] for r in vals] == [0, 2]

@@ -324,7 +324,7 @@ def test_cli_run_remote_with_the_default_model_and_warm_start(tmp_path):
             r = subprocess.run(
                 [sys.executable, "-m", "ragen", "run", "--env", "remote", f"env.options.url={s.url}", "env.options.timeout_s=20",
                  "warmstart.episodes=12", "warmstart.epochs=1", "trainer.steps=1", "rollout.n_groups=2",
-                 "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=16", "trainer.test_freq=0",
+                 "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "rollout.response_length=16", "trainer.test_freq=0",
                  "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"],
                 capture_output=True, text=True, timeout=600)  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
@@ -343,7 +343,7 @@ def test_cli_run_reports_episodes_lost_when_the_server_dies(tmp_path):
     run = subprocess.Popen(
         [sys.executable, "-m", "ragen", "run", "--env", "remote", "--algo", "grpo", "--model", "tiny", "--no-warmstart",
          f"env.options.url={url}", "trainer.steps=50", "rollout.n_groups=2", "rollout.group_size=2",
-         "rollout.n_val_groups=2", "rollout.response_length=24", "trainer.test_freq=0", "logging.progress=false",
+         "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "rollout.response_length=24", "trainer.test_freq=0", "logging.progress=false",
          f"logging.run_dir={tmp_path}", "logging.name=r"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = tmp_path / "r" / "metrics.jsonl"

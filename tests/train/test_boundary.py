@@ -77,7 +77,7 @@ def test_a_run_with_a_broken_estimator_ends_in_one_line(broken, tmp_path):
 
     res = CliRunner().invoke(cli, ["run", "--env", "bandit", "--algo", "bad-grpo", "--model", "tiny", "--no-warmstart",
                                    "trainer.steps=1", "rollout.n_groups=2", "rollout.group_size=2",
-                                   "rollout.n_val_groups=2", "trainer.test_freq=0", "logging.progress=false",
+                                   "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.test_freq=0", "logging.progress=false",
                                    "collapse.enabled=false", f"logging.run_dir={tmp_path}"])
     assert res.exit_code == 1, res.output
     last = res.output.strip().splitlines()[-1]

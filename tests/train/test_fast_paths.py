@@ -20,7 +20,7 @@ SMALL = [
     "env.options.response_length=24",
     "rollout.n_groups=2",
     "rollout.group_size=2",
-    "rollout.n_val_groups=2",
+    "rollout.n_val_groups=2", "rollout.n_paired_levels=2",
     "trainer.ppo_mini_batch_size=4",
     "trainer.micro_batch_size=2",
     "logging.progress=false",

@@ -50,7 +50,7 @@ def nan_coin(fresh_plugins):
 def cfg(tmp_path, *extra):
     return load_config(overrides=[
         "env.name=nan-coin", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=2", "rollout.group_size=2",
-        "rollout.n_val_groups=2", "trainer.steps=3", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
+        "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.steps=3", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
         "trainer.test_freq=0", "trainer.save_freq=0", "early_stop.enabled=false", "collapse.enabled=false",
         "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=run", *extra])
 

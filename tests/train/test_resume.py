@@ -39,7 +39,7 @@ def test_a_resumed_run_after_a_kill_has_each_step_once(tmp_path):
     from ragen.runs.loop import train
 
     over = ["env.name=frozenlake", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=2",
-            "rollout.group_size=2", "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4",
+            "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.ppo_mini_batch_size=4",
             "trainer.micro_batch_size=4", "trainer.test_freq=0", "trainer.save_freq=0", "early_stop.enabled=false",
             "collapse.enabled=false", "logging.progress=false", "logging.save_trajectories=2",
             f"logging.run_dir={tmp_path}", "logging.name=run"]

@@ -84,7 +84,7 @@ def test_cache_is_reused_only_for_the_same_env_and_model(tmp_path, monkeypatch):
 def _run(tmp_path, name, *extra, cache):
     proc = subprocess.run(
         ragen_cmd("run", "--env", "frozenlake", "--algo", "grpo", "trainer.steps=1", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=4", "trainer.ppo_mini_batch_size=4",
+                  "rollout.group_size=2", "rollout.n_val_groups=4", "rollout.n_paired_levels=4", "trainer.ppo_mini_batch_size=4",
                   "collapse.enabled=false", f"logging.run_dir={tmp_path}", f"logging.name={name}", *FAST, *extra),
         env={**os.environ, "HF_HUB_OFFLINE": "1", "RAGEN_CACHE_DIR": str(cache)}, capture_output=True, text=True,
         timeout=900)
