@@ -103,6 +103,24 @@ def test_compiled_decode_step_returns_the_plain_ids(tiny, temperature):
     assert backend.graphs > 0  # the decoding step did go through torch.compile
 
 
+def test_static_decode_gives_the_plain_rollout(tiny):
+    """Through the rollout runner (chat template, env turns, KV reuse over four turns): the same trajectories."""
+    from ragen.rollout import ChatFormat, EnvGroups, RolloutSettings, run_rollout
+
+    model, tok = tiny
+    runs = []
+    for decode in ("plain", "static"):
+        engine = HFEngine(model, tok, max_batch=3, decode=decode)
+        with EnvGroups("frozenlake", group_size=2, n_groups=2, options={"response_length": 12, "max_turns": 4}) as g:
+            res = run_rollout(engine, g, SamplingParams(temperature=0.7, seed=5), RolloutSettings(chat_format=ChatFormat(tok)))
+        runs.append(res.trajectories)
+    plain, static = runs
+    assert max(t.num_turns for t in plain) > 1
+    for a, b in zip(plain, static):
+        assert a.input_ids == b.input_ids and a.loss_mask == b.loss_mask
+        assert b.rollout_logprobs == pytest.approx(a.rollout_logprobs, abs=1e-5)
+
+
 def test_static_buffer_is_kept_between_calls_and_only_grows(tiny):
     """Compiled graphs are specialised on shapes and CUDA graphs on addresses: calls of the same row count must write
     into the same buffer (no re-recording per call), a longer call grows it once, and a shorter one keeps the long
