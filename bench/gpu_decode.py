@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--compile-on-cpu", action="store_true",
+                    help="'static' compiles its step on any device (transformers' _compile_all_devices; inductor)")
     ap.add_argument("--out", type=Path, default=RESULTS / "gpu_decode.json")
     args = ap.parse_args()
     import torch
@@ -116,7 +118,13 @@ def main() -> None:
           f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}", flush=True)
     results, reference = {}, None
     for path in args.paths:
-        engine = HFEngine(model, tok, max_batch=len(prompts), decode=path)
+        compile_config = None
+        if args.compile_on_cpu and path == "static":
+            from transformers import CompileConfig
+
+            compile_config = CompileConfig(mode=None)  # reduce-overhead means CUDA graphs: none on a CPU
+            compile_config._compile_all_devices = True
+        engine = HFEngine(model, tok, max_batch=len(prompts), decode=path, compile_config=compile_config)
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         _, warm_s, _ = play(engine, prompts, args, seed=999)  # compiles (static on CUDA) and sizes the buffers
         tokens = seconds = 0

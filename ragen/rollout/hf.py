@@ -19,15 +19,19 @@
 * Decode paths (``decode=``): ``'plain'`` grows an eager cache (``_new_cache``) and runs the model eagerly, as above.
   ``'static'`` keeps the keys/values in transformers' ``StaticCache`` (fixed shapes, written in place), which is what
   lets ``generate`` run its decoding step through ``torch.compile`` (mode ``reduce-overhead``: CUDA graphs) - on CUDA
-  only by default, transformers' own rule: on a CPU inductor pays minutes of C++ compilation per shape and a
-  Python-bound CPU step gains nothing from graphs. ``'static-eager'`` is the static cache without compilation (the
-  reference that separates the two effects). Everything else is shared with the plain path: the same left-padded
-  layout, the same logits processor, ``multinomial`` on the same tensors (so the same RNG draws), the same stop
-  handling, and cross-turn KV reuse and shared prefills too (cached columns are written into the static buffer
-  before the call). The trade-offs: the buffer is sized to the call's whole length rounded up to ``_STATIC_BUCKET``
-  tokens (attention reads every column, masked ones included), and one buffer is kept between calls and only grows
-  (compiled graphs are specialised on shapes and CUDA graphs on addresses: a fresh buffer per call would re-record
-  the graphs every call, and past torch's re-record limit fall back to eager).
+  only by default, transformers' own rule: CUDA graphs exist only on CUDA, and on a CPU inductor compiled the tiny
+  model's step in 38-70 s and then decoded at about half the plain path's speed (docs/gpu.md). ``'static-eager'`` is
+  the static cache without compilation (the reference that separates the two effects). Everything else is shared with
+  the plain path: the same left-padded layout, the same logits processor, ``multinomial`` on the same tensors (so the
+  same RNG draws), the same stop handling, and cross-turn KV reuse and shared prefills too (cached columns are written
+  into the static buffer before the call). The trade-offs: the buffer is sized to the call's whole length rounded up
+  to ``_STATIC_BUCKET`` tokens (attention reads every column, masked ones included), and one buffer is kept between
+  calls and only grows (compiled graphs are specialised on shapes, and CUDA graphs on the addresses of the cache
+  tensors, which transformers marks static: a fresh buffer per call would re-record the graphs every call, and after
+  torch's ``cudagraph_unexpected_rerecord_limit`` (128) re-records run the step without graphs). So the static path
+  holds up to ``_STATIC_KEPT`` caches (rows x layers x 2 x KV heads x length x head dim each) through the trainer's
+  update, where the plain path frees its cache after each call: for the 0.49 B model of docs/gpu.md at 64 rows and
+  1,024 columns that is 0.94 GB in bf16, for a 3 B model at 64 rows and 4,096 columns about 10 GB each.
 """
 
 from __future__ import annotations

@@ -98,9 +98,13 @@ def test_compiled_decode_step_returns_the_plain_ids(tiny, temperature):
     cfg._compile_all_devices = True  # transformers' own switch for compiling on a CPU (otherwise CUDA/XPU only)
     prompts = _prompts(tok)
     want = _two_turns(HFEngine(model, tok, max_batch=4), prompts, temperature)
-    got = _two_turns(HFEngine(model, tok, max_batch=4, decode="static", compile_config=cfg), prompts, temperature)
+    fast = HFEngine(model, tok, max_batch=4, decode="static", compile_config=cfg)
+    got = _two_turns(fast, prompts, temperature)
     _assert_same(want, got)
     assert backend.graphs > 0  # the decoding step did go through torch.compile
+    graphs = backend.graphs
+    _assert_same(want, _two_turns(fast, prompts, temperature))
+    assert backend.graphs == graphs  # later calls of the same shapes reuse the compiled step
 
 
 def test_static_decode_gives_the_plain_rollout(tiny):
