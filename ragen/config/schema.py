@@ -112,6 +112,9 @@ class RolloutSection:
                                          "system prompt, turns t-k..t-1 and turn t's user text; the trained row packs each "
                                          "turn with its own prompt (docs/history-window.md).", range=NON_NEGATIVE)
     tis_cap: float = option(0.0, "Truncated importance sampling: each token's policy-gradient term times min(exp(old_logp - rollout_logp), cap); 0 = off (try 2 with vLLM).", range=NON_NEGATIVE)
+    decode: str = option("plain", "HF engine decode path: 'plain' (growing cache, eager); 'static' (static KV cache; on CUDA "
+                         "the decoding step is torch.compile'd with CUDA graphs, first calls compile); 'static-eager' (static "
+                         "cache, never compiled). Same sampled ids under a seed (docs/gpu.md).", choices=("plain", "static", "static-eager"))
 
 
 @attrs.frozen(kw_only=True)

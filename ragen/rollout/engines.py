@@ -24,7 +24,7 @@ def make_rollout_engine(cfg: Any, module: torch.nn.Module, tokenizer: Any, model
     if name == "hf":
         from ragen.rollout.hf import HFEngine
 
-        return HFEngine(module, tokenizer, max_batch=r.max_batch)
+        return HFEngine(module, tokenizer, max_batch=r.max_batch, decode=r.decode)
     if name == "vllm":
         if os.path.isdir(model_path) and not os.path.isfile(os.path.join(model_path, "config.json")):
             raise ConfigError(f"rollout.engine=vllm: {model_path} is not a Hugging Face model folder (a GGUF model?); "
