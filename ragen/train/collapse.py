@@ -375,6 +375,9 @@ def regime(h: float, i: float, h_threshold: float, i_threshold: float) -> int:
 class CollapseDiagnostics:
     """What the trainer calls at step 1 and every ``compute_freq`` steps, on the batch before filtering.
 
+    A skipped step changes nothing on the steps that run (their draws are seeded by the step) except the EMA of the
+    marginal std, which then averages fewer values (``marginal_std_ema``, ``mi_zscore_ema``).
+
     ``__call__`` draws each configured scheme with a generator seeded by (seed, step, scheme), so a resumed run
     draws the same pairs; the EMA of the marginal std is the only state (``state_dict`` / ``load_state_dict``).
     The caller decides when it applies: §9.1 disables it without ``<think>`` reasoning or with ``context_mode ≠ full``

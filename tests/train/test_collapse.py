@@ -342,6 +342,39 @@ def test_prompt_mismatch_is_counted_and_skips_the_first_turn_scheme(tiny, fmt):
     assert m["collapse_trajectory_sample/mi_estimate"] > 1.0
 
 
+def test_default_schedule_is_the_first_and_last_step_of_the_default_run_and_ragen_yaml_keeps_5():
+    from pathlib import Path
+
+    from ragen.config import load_config
+
+    cfg = load_config(overrides=["env.name=sokoban"])
+    diag = CollapseDiagnostics(cfg.collapse, None, seed=0)
+    assert [s for s in range(1, cfg.trainer.steps + 1) if diag.should_run(s)] == [1, cfg.trainer.steps]
+    ragen_yaml = load_config(Path(__file__).resolve().parents[2] / "configs" / "ragen.yaml")
+    assert ragen_yaml.collapse.compute_freq == 5
+
+
+def test_a_skipped_step_changes_only_the_ema_metrics_of_the_steps_that_run(tiny, fmt):
+    """compute_freq 10 instead of 5 skips step 5: step 10's draws and estimates are the same (seeded by the step);
+    only the EMA of the marginal std, which averaged step 5's value too, differs."""
+    tok = tiny[1]
+    world = KeyWorld(tok, fmt, n_groups=4, group_size=3)
+    copy = KeyLM(len(tok), world.keys, "copy")
+    batches = {step: world.rollout(copy) for step in (1, 5, 10)}
+    out = {}
+    for freq in (5, 10):
+        diag = CollapseDiagnostics(CollapseSection(compute_freq=freq, num_samples=6), tok, seed=0)
+        out[freq] = [diag(copy, batches[s], step=s) for s in (1, 5, 10) if diag.should_run(s)]
+        for m in out[freq]:
+            m.pop("timing_s/collapse_metrics")
+    every5, every10 = out[5], out[10]
+    assert len(every5) == 3 and len(every10) == 2 and every5[0] == every10[0]
+    ema = {k for k in every5[2] if "_ema" in k}
+    assert ema and set(every5[2]) == set(every10[1])
+    assert {k: v for k, v in every5[2].items() if k not in ema} == {k: v for k, v in every10[1].items() if k not in ema}
+    assert any(every5[2][k] != every10[1][k] for k in ema)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # (d) seeded sampling
 # ---------------------------------------------------------------------------------------------------------------
@@ -427,7 +460,7 @@ def test_cross_score_matches_full_teacher_forcing(tiny, fmt):
 @pytest.mark.slow
 def test_collapse_metrics_appear_in_metrics_jsonl_during_a_run(tmp_path):
     """A real run whose rollouts carry reasoning (the scripted expert engine, noise 0.3): step 1 logs both schemes,
-    cross-scored by the run's actor."""
+    cross-scored by the run's actor; with compute_freq 2 steps 1 and 2 are diagnosed, step 3 is not."""
     import json
 
     from ragen.config import load_config
@@ -435,10 +468,14 @@ def test_collapse_metrics_appear_in_metrics_jsonl_during_a_run(tmp_path):
 
     cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "rollout.engine=expert", "warmstart.noise=0.3",
                                  "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=1",
-                                 "collapse.num_samples=6", "trainer.steps=1", "logging.progress=false",
-                                 f"logging.run_dir={tmp_path}", "logging.name=r"])
+                                 "collapse.num_samples=6", "collapse.compute_freq=2", "trainer.steps=3",
+                                 "trainer.test_freq=0", "logging.progress=false", f"logging.run_dir={tmp_path}",
+                                 "logging.name=r"])
     run = train(cfg)
-    step1 = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if json.loads(x)["step"] == 1][0]
+    rows = {r["step"]: r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["step"]}
+    assert [s for s, r in sorted(rows.items()) if "timing_s/collapse_metrics" in r] == [1, 2]
+    assert rows[3]["timing/diagnose_s"] < 0.5 * rows[1]["timing/diagnose_s"]
+    step1 = rows[1]
     assert step1["collapse/valid_thinking_rate"] == 1.0, step1["collapse/valid_thinking_rate"]
     for scheme in ("collapse_first_turn_sample", "collapse_trajectory_sample"):
         assert math.isfinite(step1[f"{scheme}/mi_estimate"]), scheme

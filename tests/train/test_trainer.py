@@ -129,7 +129,8 @@ def test_run_folder_contents(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["step"] == 0 and "val/success" in rows[0]
     for key in ("rollout/success", "reward/mean", "reward/group_std", "actor/pg_loss", "actor/entropy", "actor/grad_norm",
-                "perf/tokens_per_s", "timing/step_s"):
+                "perf/tokens_per_s", "timing/step_s", "perf/cpu_step_s", "perf/cpu_update_s", "perf/rss_mb",
+                "perf/peak_rss_mb"):
         assert key in rows[1], key
     traj = json.loads((run / "trajectories.jsonl").read_text().splitlines()[0])
     for key in ("env_name", "seed", "group_id", "turns", "input_ids", "loss_mask", "policy_version", "success", "truncated"):
