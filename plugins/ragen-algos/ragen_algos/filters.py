@@ -80,6 +80,9 @@ class V2FilterConfig:
     include_zero: bool = option(True, "Keep zero-score groups among the candidates (False drops them before selecting).")
     selection_eps: float = option(0.01, "Subtracted from the linear top_p threshold (RAGEN 0.01).")
     softmax_temperature: float = option(1.0, "Temperature of the softmax mode (1.0 = RAGEN); softmax depends on the reward scale.")
+    min_groups: int = option(0, "top_k: keep at least this many groups (of the candidates) whatever the fraction: with 4 "
+                             "groups per step, 25% is one level per update, too few to learn from (StarPO-S: 4; 0 = "
+                             "RAGEN's plain fraction).", validator=attrs.validators.ge(0))
 
     @property
     def needs_entropy(self) -> bool:
@@ -128,7 +131,7 @@ def select(config: V2FilterConfig, scores: dict[int, float], n_groups: int = 0) 
             return select_top_p_linear(ordered, config.value, config.selection_eps) if ordered else []
         return select_top_p_softmax(ordered, config.value, config.softmax_temperature, largest) if ordered else []
     if config.strategy == "top_k":
-        return [g for g, _ in ordered[: max(1, int(config.value * n_groups))]]
+        return [g for g, _ in ordered[: max(1, int(config.value * n_groups), config.min_groups)]]
     if config.strategy == "top_k_abs":
         return [g for g, _ in ordered[: int(config.value)]]
     if not ordered:  # min_p

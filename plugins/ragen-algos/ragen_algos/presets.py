@@ -42,8 +42,8 @@ PRESETS = {
     ),
     "starpo-s": AlgorithmPreset(
         estimator="gae", use_critic=True, loss_agg_mode="token-mean", filter="top-k",
-        filter_options={"value": 0.25, "type": "largest", "metric": "reward_std"},
-        description="StarPO-S: PPO + GAE, keep the top 25% of groups by reward std, clip-higher 0.28, no KL",
+        filter_options={"value": 0.25, "type": "largest", "metric": "reward_std", "min_groups": 4},
+        description="StarPO-S: PPO + GAE, keep the top 25% of groups by reward std (at least 4), clip-higher 0.28, no KL",
         source="Wang et al. 2025, RAGEN (V1), StarPO-S",
     ),
     "dapo": AlgorithmPreset(

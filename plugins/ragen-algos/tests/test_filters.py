@@ -105,6 +105,14 @@ def test_top_k_fraction_counts_all_groups_and_is_at_least_one():
     assert kept(inp=inp, strategy="top_k_abs", value=20, include_zero=False) == [0, 1, 3, 4]
 
 
+def test_top_k_keeps_at_least_min_groups_of_the_candidates():
+    inp = with_stds([0.1, 0.4, 0.0, 0.3, 0.2, 0.0, 0.0, 0.0])
+    assert kept(inp=inp, strategy="top_k", value=0.25, min_groups=4) == [0, 1, 3, 4]  # 25% of 8 would keep 2
+    assert kept(inp=inp, strategy="top_k", value=0.25, min_groups=4, include_zero=False) == [0, 1, 3, 4]
+    few = with_stds([0.1, 0.4, 0.3])  # fewer candidates than min_groups: all of them, nothing invented
+    assert kept(inp=few, strategy="top_k", value=0.25, min_groups=4) == [0, 1, 2]
+    assert ragen.make_component("algorithm", "starpo-s").filter_options["min_groups"] == 4
+
 
 def test_top_k_fraction_counts_the_rollouts_groups_when_some_were_left_out_before():
     """The success gate or a pre-filter leaves 3 of the rollout's 8 groups in play: 25% of 8 keeps 2 of them, not
