@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import structlog
 
-from ragen.contract.env import Env, EpisodeWeight
+from ragen.contract.env import Env, EpisodeWeight, Expert
 from ragen.errors import ConfigError, RagenError
 
 log = structlog.get_logger("ragen")
@@ -97,6 +97,9 @@ def env_info(env: Env) -> dict[str, Any]:
         "procedural": bool(env.procedural),
         "failure_reward": float(getattr(env, "failure_reward", 0.0)),
         "has_expert": env.expert is not None,
+        # the state diagnostics (docs/report.md, "State dependence"): asked for over the wire where the env has them
+        "has_judge": env.expert is not None and type(env.expert).optimal_actions is not Expert.optimal_actions,
+        "has_potential": cls.potential is not Env.potential,
         # the client runs the base-class versions itself; overridden ones are asked for over the wire
         "custom_validate": cls.validate_action is not Env.validate_action,
         "custom_split": cls.split_actions is not Env.split_actions,
@@ -144,6 +147,15 @@ class LocalEnv:
             raise RequestError(404, "not_found", f"env {self.env.name!r} has no expert")
         actions, rationale = self._call(lambda: (expert.next_actions(self.env, k), expert.rationale(self.env)))
         return {"actions": [str(a) for a in actions], "rationale": str(rationale)}
+
+    def judge(self) -> dict:
+        """The current state's optimal actions (None: unknown) and potential (None: none), for the client's
+        ``optimal_action_rate`` and potential-based credit."""
+        expert = self.env.expert
+        best, phi = self._call(lambda: (expert.optimal_actions(self.env) if expert is not None else None,
+                                        self.env.potential()))
+        return {"optimal_actions": None if best is None else sorted(str(a) for a in best),
+                "potential": None if phi is None else jsonable(float(phi))}
 
     def close(self) -> None:
         try:
@@ -343,6 +355,9 @@ class WorkerEnv:
 
     def expert(self, k: int) -> dict:
         return self.worker.request("expert", self.slot, (k,))
+
+    def judge(self) -> dict:
+        return self.worker.request("judge", self.slot)
 
     def close(self) -> None:
         if not self.closed:

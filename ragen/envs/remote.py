@@ -165,6 +165,12 @@ class RemoteExpert(Expert):
     def rationale(self, env: Env) -> str:
         return str(env.expert_call(1)["rationale"])
 
+    def optimal_actions(self, env: Env) -> set[str] | None:
+        if not env.served.get("has_judge"):
+            return None
+        best = env.judge_call()["optimal_actions"]
+        return None if best is None else set(best)
+
 
 class RemoteEnv(Env):
     """An env served over HTTP by `ragen serve-env` (env.options.url=...)."""
@@ -211,6 +217,7 @@ class RemoteEnv(Env):
     # ---- the contract ------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:
         self._drop_episode()
+        self._answers.clear()
         body = {"seed": seed, "options": {"split": self.split, "rollout_index": self.rollout_index, **options}}
         data = self.transport.call("POST", "/episodes", body)
         self._episode, self.task_id = data["episode"], data.get("task_id")
@@ -236,6 +243,18 @@ class RemoteEnv(Env):
 
     def expert_call(self, k: int) -> dict:
         return self._episode_call("expert", {"k": int(k)})
+
+    def judge_call(self) -> dict:
+        """The served state's optimal actions and potential, asked once per state (the rollout asks for both)."""
+        if ("judge", "") not in self._answers:
+            self._answers[("judge", "")] = self._episode_call("judge", {})
+        return self._answers[("judge", "")]
+
+    def potential(self) -> float | None:
+        if not self.served.get("has_potential") or self._episode is None:
+            return None
+        phi = self.judge_call()["potential"]
+        return None if phi is None else float(phi)
 
     def _cached(self, op: str, key: str, text: str) -> dict:
         """Episode.step_turn asks about each piece more than once per turn: one request per distinct question."""

@@ -286,6 +286,9 @@ class EpisodeTable:
             raise RequestError(404, "not_found", f"env {self.info.get('name')!r} has no expert")
         return self._call(ep, lambda: ep.env.expert(k))
 
+    def _judge(self, ep: _Episode, body: dict) -> dict:
+        return self._call(ep, lambda: ep.env.judge())
+
     def _close(self, eid: str) -> dict:
         with self._lock:
             ep = self._episodes.pop(eid, None)
@@ -301,6 +304,7 @@ _EPISODE_OPS: dict[str, Callable[[EpisodeTable, _Episode, dict], dict]] = {
     "validate": EpisodeTable._validate,
     "split": EpisodeTable._split,
     "expert": EpisodeTable._expert,
+    "judge": EpisodeTable._judge,
 }
 
 

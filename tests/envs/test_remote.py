@@ -51,6 +51,28 @@ def test_remote_env_passes_check_env(served):
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
 
 
+def test_remote_env_reports_the_served_states_optimal_actions_and_potential(served):
+    """The state diagnostics (optimal_action_rate, potential credit) work for a served env: the same answers as the
+    env in this process, state by state."""
+    import random
+
+    local, remote = ragen.make_env(ENV), ragen.make_env("remote", url=served.url)
+    try:
+        assert remote.served["has_judge"] and remote.served["has_potential"]
+        rng = random.Random(0)
+        for seed in range(3):
+            local.reset(seed=seed), remote.reset(seed=seed)
+            for _ in range(6):
+                assert remote.expert.optimal_actions(remote) == local.expert.optimal_actions(local)
+                assert remote.potential() == local.potential()
+                action = rng.choice(local.action_names)
+                if local.step(action)[2] | remote.step(action)[2]:
+                    break
+            assert remote.potential() == local.potential()  # the final state's too (a fresh answer after the step)
+    finally:
+        local.close(), remote.close()
+
+
 def test_remote_env_mirrors_the_served_env(served):
     local = ragen.make_env(ENV)
     remote = ragen.make_env("remote", url=served.url)
