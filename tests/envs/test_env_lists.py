@@ -67,7 +67,8 @@ def _toy_cfg(*overrides):
         " {name: guess, options: {response_length: 12, max_tokens: 12, max_turns: 2}, parser: answer}]",
         "env.val=[{name: guess, options: {response_length: 12, max_tokens: 12}, n_groups: 2},"
         " {name: count, options: {response_length: 32, max_tokens: 16, max_turns: 2}}]",
-        "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=3", "rollout.n_paired_levels=3", *overrides])
+        "rollout.n_groups=3", "rollout.group_size=2", "rollout.n_val_groups=3", "rollout.n_paired_levels=3",
+        "model.name=tiny", *overrides])  # the tests roll out the tiny model (and its think-answer default)
     return cfg
 
 

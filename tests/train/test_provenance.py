@@ -58,7 +58,8 @@ def test_resolved_config_loads_back_to_the_same_run():
     assert resolved_config(again) == data
     assert data["env"]["options"]["num_boxes"] == 2  # the variant's defaults, written out
     assert data["algo"]["options"]["kl_coef"] == 0.01 and data["algo"]["options"]["estimator"]
-    assert data["rollout"]["parser_options"] == {"enable_think": True}
+    # the default model (small) answers without <think> (rollout.parser=auto): its parser's options, written out
+    assert data["rollout"]["parser"] == "answer" and data["rollout"]["parser_options"] == {"enable_think": False}
 
 
 def test_run_folder_names_everything_and_reruns_identically(tmp_path):
@@ -98,4 +99,7 @@ def test_rerun_from_config_yaml_finds_the_same_warm_start():
     cfg = run_config(None, ["env.name=frozenlake"])
     assert cache_key(structure(RunConfig, resolved_config(cfg))) == cache_key(cfg)
     assert cache_key(run_config(None, ["env.name=frozenlake", "env.options.max_turns=3"])) != cache_key(cfg)
-    assert cache_key(run_config(None, ["env.name=frozenlake", "rollout.parser_options.enable_think=false"])) != cache_key(cfg)
+    assert cache_key(run_config(None, ["env.name=frozenlake", "rollout.parser=think-answer"])) != cache_key(cfg)
+    think = run_config(None, ["env.name=frozenlake", "rollout.parser=think-answer"])
+    assert cache_key(run_config(None, ["env.name=frozenlake", "rollout.parser=think-answer",
+                                       "rollout.parser_options.enable_think=false"])) != cache_key(think)
