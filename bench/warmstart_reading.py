@@ -1,0 +1,96 @@
+"""Does the warm start read the board? One warm start per call, then greedy play on held-out levels (issue 24).
+
+The warm start is ragen's own (``expert_demos`` + ``sft`` with the prompt in the loss, the ``TorchOptimizer`` a run
+uses; docs/models.md); its knobs are the arguments: model size (``deep`` = a 4-layer 256-wide Qwen2 for the depth
+experiment), parser (answer-only or think-answer), demos, epochs, the init/shuffle seed and a history window. Then the
+model plays the validation levels (seeds 123..) greedily through the real rollout loop and the row reports success,
+``optimal_action_rate`` beside its chance level on the same states and the distinct first answers: a policy that
+ignores the state sits at chance with few distinct first answers.
+
+    python bench/warmstart_reading.py --env frozenlake --parser answer --epochs 12 --seed 2 [--save DIR]
+
+Each call appends one JSON row to ``bench/results/warmstart_reading.jsonl`` and prints it as a table row; the table
+in docs/models.md ("Answer-only by default for `small`") is those rows. ``--save DIR`` keeps the model (a plain
+Hugging Face folder that `ragen run --model DIR rollout.parser=answer` trains further).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from ragen.models import builtin
+from ragen.models.load import load_model_and_tokenizer, save_parser
+from ragen.plugins.components import make_component, parser_thinks
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout
+from ragen.rollout.expert import ExpertEngine
+from ragen.rollout.hf import HFEngine
+from ragen.warmstart.sft import DEMO_SEED_BASE, TorchOptimizer, sft
+
+#: the depth experiment's model: `small` with 4 layers
+builtin.BUILTIN_MODELS.setdefault("deep", {**builtin.BUILTIN_MODELS["small"], "num_layers": 4})
+KEYS = ("success", "optimal_action_rate", "optimal_action_chance", "distinct_first_answers")
+
+
+def play(engine, tokenizer_fmt, env: str, levels: int, settings: dict, seed_base: int, split: str):
+    groups = EnvGroups([GroupSpec(env, levels, {})], group_size=1, split=split)
+    groups.seed_of = lambda step, g: seed_base + g  # type: ignore[method-assign]
+    try:
+        return run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0),
+                           RolloutSettings(chat_format=tokenizer_fmt, max_model_len=3600, format_penalty=-1.0, **settings))
+    finally:
+        groups.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--env", default="frozenlake")
+    ap.add_argument("--model", default="small", choices=sorted(builtin.BUILTIN_MODELS))
+    ap.add_argument("--parser", default="answer")
+    ap.add_argument("--episodes", type=int, default=256)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0, help="init and shuffle seed")
+    ap.add_argument("--window", type=int, default=0, help="rollout.max_context_window of demos and play (0 = all)")
+    ap.add_argument("--levels", type=int, default=128)
+    ap.add_argument("--save", type=Path)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/warmstart_reading.jsonl"))
+    a = ap.parse_args()
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"warmstart-reading-{os.getpid()}"
+    torch.manual_seed(a.seed)
+    t0 = time.perf_counter()
+    model, tok = load_model_and_tokenizer(a.model, work, [a.env], dtype="float32", device="cpu")
+    fmt = ChatFormat(tok, enable_think=parser_thinks(a.parser))
+    window = {"max_context_window": a.window} if a.window else {}
+    demos = play(ExpertEngine(tok, fmt.eos_id, fmt.enable_think, seed=0), fmt, a.env, a.episodes, window,
+                 DEMO_SEED_BASE, "train")
+    updates = a.epochs * max(1, round(len(demos.trajectories) / 4))
+    opt = TorchOptimizer(model, lr=2e-3, weight_decay=0.01, grad_clip=1.0, total_steps=updates)
+    sft(opt, tok, demos.trajectories, epochs=a.epochs, batch_size=4, micro_batch_size=4, seed=a.seed, prompt_weight=1.0)
+    t_sft = time.perf_counter() - t0
+    model.eval()
+    res = play(HFEngine(model, tok), fmt, a.env, a.levels, {**window, "parser": make_component("parser", a.parser)},
+               123, "val")
+    row = {"date": str(date.today()), "env": a.env, "model": a.model, "parser": a.parser, "episodes": a.episodes,
+           "epochs": a.epochs, "seed": a.seed, "window": a.window, "levels": a.levels, "warm_start_s": round(t_sft),
+           "load_average": round(os.getloadavg()[0], 2), **{k: res.metrics.get(k) for k in KEYS}}
+    print("| env | model | parser | epochs | seed | greedy success | optimal / chance | first answers | warm start s |")
+    print(f"| {a.env} | {a.model} | {a.parser} | {a.epochs} | {a.seed} | {100 * row['success']:.1f}% | "
+          f"{100 * (row['optimal_action_rate'] or 0):.1f}% / {100 * (row['optimal_action_chance'] or 0):.1f}% | "
+          f"{row['distinct_first_answers']} | {row['warm_start_s']} |")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(a.out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    if a.save:
+        model.save_pretrained(a.save)
+        tok.save_pretrained(a.save)
+        save_parser(a.save, a.parser)
+
+
+if __name__ == "__main__":
+    main()
