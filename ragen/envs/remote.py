@@ -246,9 +246,7 @@ class RemoteEnv(Env):
 
     def judge_call(self) -> dict:
         """The served state's optimal actions and potential, asked once per state (the rollout asks for both)."""
-        if ("judge", "") not in self._answers:
-            self._answers[("judge", "")] = self._episode_call("judge", {})
-        return self._answers[("judge", "")]
+        return self._cached("judge")
 
     def potential(self) -> float | None:
         if not self.served.get("has_potential") or self._episode is None:
@@ -256,10 +254,11 @@ class RemoteEnv(Env):
         phi = self.judge_call()["potential"]
         return None if phi is None else float(phi)
 
-    def _cached(self, op: str, key: str, text: str) -> dict:
-        """Episode.step_turn asks about each piece more than once per turn: one request per distinct question."""
+    def _cached(self, op: str, key: str = "", text: str = "") -> dict:
+        """Episode.step_turn asks about each piece more than once per turn: one request per distinct question of the
+        current state (``key``: the body's field for ``text``; none for a question about the state itself)."""
         if (op, text) not in self._answers:
-            self._answers[(op, text)] = self._episode_call(op, {key: text})
+            self._answers[(op, text)] = self._episode_call(op, {key: text} if key else {})
         return self._answers[(op, text)]
 
     def _episode_call(self, op: str, body: dict) -> dict:

@@ -119,7 +119,7 @@ class Trainer:
         filters emptied."""
         keep = {t.group_id for t in trajs}
         n_groups = len(keep)
-        keep -= self._gate(trajs, metrics)
+        keep -= self._gate(trajs, n_groups, metrics)
         gate_emptied = not keep
         entropies = self._entropies(trajs) if keep and any(getattr(f, "needs_entropy", False) for f in self.filters) else None
         for i, filt in enumerate(self.filters if keep else ()):
@@ -138,11 +138,11 @@ class Trainer:
         metrics["rollout/empty_after_filter"] = float(not rows and not gate_emptied)
         return rows, ratio
 
-    def _gate(self, trajs: list, metrics: dict) -> set[int]:
+    def _gate(self, trajs: list, n_groups: int, metrics: dict) -> set[int]:
         """The groups the success gate leaves out (``ragen.train.gate``), counted per step when it is active."""
         if self.gate is None:
             return set()
-        out, n_groups = self.gate(trajs), len({t.group_id for t in trajs})
+        out = self.gate(trajs)
         metrics["rollout/success_gate_groups"] = float(len(out))
         metrics["rollout/success_gate_ratio"] = len(out) / max(n_groups, 1)
         metrics["rollout/success_gate_empty"] = float(len(out) == n_groups)  # this step trained nothing

@@ -80,7 +80,7 @@ def update_advantages(algo: str, trajs: list[Trajectory], *overrides: str) -> tu
     """Each trajectory's advantage in the update (0.0 for rows the trainer's filter step leaves out) and the metrics."""
     _, estimator, filters, gate = components(algo, *overrides)
     trainer = SimpleNamespace(filters=filters, gate=gate)
-    trainer._gate = lambda ts, m: Trainer._gate(trainer, ts, m)
+    trainer._gate = lambda ts, n, m: Trainer._gate(trainer, ts, n, m)
     metrics: dict = {}
     rows, _ = Trainer._filter(trainer, trajs, metrics)
     adv = [0.0] * len(trajs)
@@ -149,7 +149,7 @@ def test_starpo_s_does_not_select_all_fail_step_cost_groups(episodes):
 def _rows(algo, trajs, *overrides):
     _, _, filters, gate = components(algo, *overrides)
     trainer = SimpleNamespace(filters=filters, gate=gate)
-    trainer._gate = lambda ts, m: Trainer._gate(trainer, ts, m)
+    trainer._gate = lambda ts, n, m: Trainer._gate(trainer, ts, n, m)
     return Trainer._filter(trainer, trajs, {})[0]
 
 
