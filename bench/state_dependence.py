@@ -60,14 +60,23 @@ def uniform(env, rng):
 
 
 def best_fixed(name: str, levels: int) -> dict:
-    """Every constant answer of max_actions_per_turn actions; the best by (success, score)."""
+    """Every constant answer of max_actions_per_turn actions; the best by (success, score). An env whose action names
+    change from level to level (the bandit's arm names: ``action_names`` is None until a reset) gets constant
+    positions instead: always the i-th name shown, answered as "#i"."""
     import ragen
 
     env = ragen.make_env(name)
-    answers = list(itertools.product(env.action_names, repeat=env.config.max_actions_per_turn))
-    results = {a: play(name, lambda e, r, a=a: list(a), levels) for a in answers}
+    k = env.config.max_actions_per_turn
+    if env.action_names is not None:
+        answers = {" || ".join(a): (lambda e, r, a=a: list(a))
+                   for a in itertools.product(env.action_names, repeat=k)}
+    else:
+        env.reset(seed=123)
+        answers = {" || ".join(f"#{i}" for i in pos): (lambda e, r, pos=pos: [e.action_names[i] for i in pos])
+                   for pos in itertools.product(range(len(env.action_names)), repeat=k)}
+    results = {a: play(name, policy, levels) for a, policy in answers.items()}
     best = max(results, key=lambda a: (results[a]["success"], results[a]["score"]))
-    return results[best] | {"answer": " || ".join(best)}
+    return results[best] | {"answer": best}
 
 
 def model(name: str, path: str, levels: int, temperature: float) -> dict:
