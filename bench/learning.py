@@ -520,7 +520,10 @@ def main() -> None:
     previous: dict = {}
     if out.exists() and not args.fresh:
         previous = json.loads(out.read_text())
-        if not same_settings(previous.get("settings", {}), settings):
+        if "settings" not in previous:  # written by the script's version before resuming existed (it is in git)
+            print(f"{out} was written by the previous version of this script: not resumable, it will be replaced")
+            previous = {}
+        elif not same_settings(previous["settings"], settings):
             sys.exit(f"{out} was made with other settings ({previous.get('settings')}; now {settings}): "
                      "pass --fresh to overwrite it, or another --out")
     kept, todo = resume_split(previous.get("runs", []), jobs)
