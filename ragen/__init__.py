@@ -4,6 +4,10 @@ The public API plugins and users import. Importing ragen loads no plugin: entry 
 time a registry is asked for (``make_env``, ``list_envs``...).
 """
 
+from ragen.models import openmp as _openmp
+
+_openmp.apply()  # before anything loads torch: OpenMP's wait policy is read once, then (ragen/models/openmp.py)
+
 from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput, ShapeOutput
 from ragen.plugins.components import env_config_fields, list_components, list_envs, make_component, make_env
 from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option

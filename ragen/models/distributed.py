@@ -45,7 +45,10 @@ def set_threads(threads: int) -> int:
                                                  else "cores / local processes")
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
-    log.info("torch_threads", threads=n, source=source)
+    from ragen.models.openmp import choice
+
+    log.info("torch_threads", threads=n, source=source, openmp_wait=choice.get("policy", "unchanged"),
+             openmp_reason=choice.get("reason", "ragen was not imported first"))
     return n
 
 

@@ -1,0 +1,70 @@
+"""How torch's OpenMP threads wait, chosen before torch loads (issue 25: a busy machine costs its share, not 10x).
+
+libgomp (torch's OpenMP on Linux) reads its wait policy once, when torch is imported. Unset, a thread that reaches a
+barrier spins for up to 300,000 rounds (milliseconds) before it sleeps. On cores shared with other CPU-bound work the
+spinning thread burns the time slice its partner needs, and every parallel region waits for a descheduled thread: the
+main job's RL step ran 15.6x and its warm start 4.3x slower beside two busy loops on 2 cores (bench/busy_machine.py,
+docs/performance.md). So ``import ragen`` (which loads no torch) sets, unless the user chose already:
+
+* ``OMP_WAIT_POLICY=passive`` when other tasks are running now and some of torch's threads (``OMP_NUM_THREADS``, else
+  one per core) would share a core with them (threads sleep at once at a barrier): beside two
+  busy loops the warm start and an RL step took 1.5x / 2.0x their idle time, for 5-15% more on an idle machine;
+* ``GOMP_SPINCOUNT=10000`` otherwise (spin a fraction of a millisecond, then sleep): as fast as the default when idle,
+  and a machine that becomes busy later costs 2.6x / 2.8x instead of 4.3x / 15.6x.
+
+A wait policy the user set (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) wins, and nothing changes once torch is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+#: spin rounds before a waiting thread sleeps on an idle machine (libgomp's own default is 300,000)
+IDLE_SPIN_COUNT = "10000"
+#: how many times /proc/loadavg's runnable count is sampled, and how far apart (seconds)
+SAMPLES, INTERVAL_S = 5, 0.01
+#: what was chosen and why (logged with the thread count by ``distributed.set_threads``)
+choice: dict[str, str] = {}
+
+
+def others_running(samples: int = SAMPLES, interval: float = INTERVAL_S) -> int:
+    """Runnable tasks other than this one, now: the median of ``samples`` reads of /proc/loadavg's fourth field
+    (runnable/total, this reader included). 0 where the file does not exist (not Linux)."""
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            return 0
+        if i + 1 < samples:
+            time.sleep(interval)
+    return sorted(counts)[len(counts) // 2]
+
+
+def choose_wait_policy(environ=os.environ) -> dict[str, str]:
+    """Set the OpenMP wait policy in ``environ`` for the torch that loads next (see the module's doc); returns what
+    was chosen, as ``{"policy": ..., "reason": ...}``."""
+    if "torch" in sys.modules:
+        return {"policy": "unchanged", "reason": "torch was imported before ragen"}
+    for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
+        if environ.get(var, "").strip():
+            return {"policy": f"{var}={environ[var]}", "reason": "set by the user"}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    user = environ.get("OMP_NUM_THREADS", "").strip()
+    threads = int(user) if user.isdigit() and int(user) > 0 else cores
+    busy = others_running()
+    if busy > cores - threads:  # some of our threads would share a core with other work
+        environ["OMP_WAIT_POLICY"] = "passive"
+        return {"policy": "OMP_WAIT_POLICY=passive",
+                "reason": f"{busy} other task(s) running at start beside {threads} thread(s) on {cores} core(s)"}
+    environ["GOMP_SPINCOUNT"] = IDLE_SPIN_COUNT
+    return {"policy": f"GOMP_SPINCOUNT={IDLE_SPIN_COUNT}", "reason": "idle at start"}
+
+
+def apply() -> None:
+    """``choose_wait_policy`` on this process's environment, once (called by ``import ragen``)."""
+    if not choice:
+        choice.update(choose_wait_policy())
