@@ -71,8 +71,9 @@ def format_summary(s: dict) -> str:
             lines.append(f"  validation success {label} (step {v['step']}): {_pct(v['success'])} "
                          f"± {100 * v['se']:.1f} (s.e., {int(v['n'])} episodes)")
     if "change" in s:
-        z = s["change"] / s["change_se"] if s["change_se"] > 0 else float("nan")
-        lines.append(f"  change: {100 * s['change']:+.1f} points ± {100 * s['change_se']:.1f} (s.e.; {z:+.1f} s.e.)")
+        spread = (f"{s['change'] / s['change_se']:+.1f} s.e." if s["change_se"] > 0
+                  else "no spread: every episode scored alike")  # a z of 0/0 would print as nan
+        lines.append(f"  change: {100 * s['change']:+.1f} points ± {100 * s['change_se']:.1f} (s.e.; {spread})")
     lines += _state_lines(s)
     lines += _paired_lines(s.get("paired"))
     return "\n".join(lines)

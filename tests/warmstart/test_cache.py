@@ -138,3 +138,11 @@ def test_summary_reads_metrics_jsonl(tmp_path):
     assert s["warmstart_cached"] and s["first_step_valid_format_rate"] == 0.95
     text = format_summary(s)
     assert "+25.0 points" in text and "from the cache" in text and "25.0%" in text and "50.0%" in text
+
+
+def test_summary_of_a_change_without_spread_prints_no_nan(tmp_path):
+    rows = [{"step": 0, "val/success": 0.0, "val/num_trajectories": 1.0},
+            {"step": 1, "timing/step_s": 1.0, "val/success": 0.0, "val/num_trajectories": 1.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = format_summary(run_summary(tmp_path))
+    assert "nan" not in text and "change: +0.0 points ± 0.0 (s.e.; no spread" in text
