@@ -9,6 +9,11 @@ import warnings
 import torch
 
 from ragen.errors import ConfigError
+from ragen.models.openmp import (
+    default_threads,  # torch-free (the wait policy counts threads before torch loads)
+)
+
+__all__ = ["default_threads", "pick_device", "set_threads"]
 
 
 def pick_device(name: str) -> torch.device:
@@ -17,18 +22,6 @@ def pick_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"trainer.device: {name!r} requested but CUDA is not available")
     return torch.device(name)
-
-
-def default_threads() -> int:
-    """The thread count ``trainer.threads=0`` means: the user's ``OMP_NUM_THREADS`` when set (torch's own convention;
-    launchers such as torchrun set it per rank), else the CPU cores this process may use divided among the local
-    processes of a launch (at least 1)."""
-    user = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if user.isdigit() and int(user) > 0:
-        return int(user)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    return max(1, cores // max(local, 1))
 
 
 def set_threads(threads: int) -> int:

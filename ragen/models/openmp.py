@@ -44,6 +44,22 @@ def others_running(samples: int = SAMPLES, interval: float = INTERVAL_S) -> int:
     return sorted(counts)[len(counts) // 2]
 
 
+def default_threads(environ=os.environ) -> int:
+    """The thread count ``trainer.threads=0`` means: the user's ``OMP_NUM_THREADS`` when set (torch's own convention;
+    launchers such as torchrun set it per rank), else the CPU cores this process may use divided among the local
+    processes of a launch (at least 1). Here, torch-free, so the wait policy can count threads before torch loads;
+    ``ragen.models.distributed`` re-exports it."""
+    user = environ.get("OMP_NUM_THREADS", "").strip()
+    if user.isdigit() and int(user) > 0:
+        return int(user)
+    local = int(environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, _cores() // max(local, 1))
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def choose_wait_policy(environ=os.environ) -> dict[str, str]:
     """Set the OpenMP wait policy in ``environ`` for the torch that loads next (see the module's doc); returns what
     was chosen, as ``{"policy": ..., "reason": ...}``."""
@@ -52,16 +68,17 @@ def choose_wait_policy(environ=os.environ) -> dict[str, str]:
     for var in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT"):
         if environ.get(var, "").strip():
             return {"policy": f"{var}={environ[var]}", "reason": "set by the user"}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    user = environ.get("OMP_NUM_THREADS", "").strip()
-    threads = int(user) if user.isdigit() and int(user) > 0 else cores
-    busy = others_running()
+    cores, threads = _cores(), default_threads(environ)
+    # one thread meets no barrier, so the policy cannot matter: skip the sampling (every env worker and subprocess
+    # imports ragen) and keep the short spin in case a later trainer.threads asks for more
+    busy = others_running() if threads > 1 else 0
     if busy > cores - threads:  # some of our threads would share a core with other work
         environ["OMP_WAIT_POLICY"] = "passive"
         return {"policy": "OMP_WAIT_POLICY=passive",
                 "reason": f"{busy} other task(s) running at start beside {threads} thread(s) on {cores} core(s)"}
     environ["GOMP_SPINCOUNT"] = IDLE_SPIN_COUNT
-    return {"policy": f"GOMP_SPINCOUNT={IDLE_SPIN_COUNT}", "reason": "idle at start"}
+    return {"policy": f"GOMP_SPINCOUNT={IDLE_SPIN_COUNT}",
+            "reason": "idle at start" if threads > 1 else "one thread: nothing waits at a barrier"}
 
 
 def apply() -> None:

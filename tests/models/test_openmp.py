@@ -49,6 +49,23 @@ def test_busy_machine_gets_passive_and_idle_gets_a_short_spin(monkeypatch):
     assert openmp.choose_wait_policy(env)["policy"] == f"GOMP_SPINCOUNT={openmp.IDLE_SPIN_COUNT}"
 
 
+def test_one_thread_skips_the_sampling_and_threads_are_counted_as_the_trainer_counts_them(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(openmp.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    calls = []
+    monkeypatch.setattr(openmp, "others_running", lambda: calls.append(1) or 9)
+    env = {"OMP_NUM_THREADS": "1"}  # one thread meets no barrier: no 40 ms of /proc/loadavg reads in every worker
+    assert openmp.choose_wait_policy(env)["reason"] == "one thread: nothing waits at a barrier" and calls == []
+    assert env == {"OMP_NUM_THREADS": "1", "GOMP_SPINCOUNT": openmp.IDLE_SPIN_COUNT}
+    # 4 cores among 2 local ranks: 2 threads each (the trainer's default_threads), so 9 busy tasks mean passive
+    env = {"LOCAL_WORLD_SIZE": "2"}
+    assert openmp.default_threads(env) == 2
+    assert openmp.choose_wait_policy(env)["policy"] == "OMP_WAIT_POLICY=passive" and calls == [1]
+    from ragen.models.distributed import default_threads
+
+    assert default_threads is openmp.default_threads  # one definition, re-exported where torch is
+
+
 def test_torch_already_loaded_changes_nothing(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", object())
     env: dict = {}
