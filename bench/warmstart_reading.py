@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="init and shuffle seed")
     ap.add_argument("--window", type=int, default=0, help="rollout.max_context_window of demos and play (0 = all)")
     ap.add_argument("--levels", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=4, help="SFT batch (the warm start's default: 4)")
+    ap.add_argument("--lr", type=float, default=2e-3, help="peak SFT learning rate (the warm start's default: 2e-3)")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--out", type=Path, default=Path("bench/results/warmstart_reading.jsonl"))
     a = ap.parse_args()
@@ -69,15 +71,16 @@ def main() -> None:
     window = {"max_context_window": a.window} if a.window else {}
     demos = play(ExpertEngine(tok, fmt.eos_id, fmt.enable_think, seed=0), fmt, a.env, a.episodes, window,
                  DEMO_SEED_BASE, "train")
-    updates = a.epochs * max(1, round(len(demos.trajectories) / 4))
-    opt = TorchOptimizer(model, lr=2e-3, weight_decay=0.01, grad_clip=1.0, total_steps=updates)
-    sft(opt, tok, demos.trajectories, epochs=a.epochs, batch_size=4, micro_batch_size=4, seed=a.seed, prompt_weight=1.0)
+    updates = a.epochs * max(1, round(len(demos.trajectories) / a.batch))
+    opt = TorchOptimizer(model, lr=a.lr, weight_decay=0.01, grad_clip=1.0, total_steps=updates)
+    sft(opt, tok, demos.trajectories, epochs=a.epochs, batch_size=a.batch, micro_batch_size=a.batch, seed=a.seed,
+        prompt_weight=1.0)
     t_sft = time.perf_counter() - t0
     model.eval()
     res = play(HFEngine(model, tok), fmt, a.env, a.levels, {**window, "parser": make_component("parser", a.parser)},
                123, "val")
     row = {"date": str(date.today()), "env": a.env, "model": a.model, "parser": a.parser, "episodes": a.episodes,
-           "epochs": a.epochs, "seed": a.seed, "window": a.window, "levels": a.levels, "warm_start_s": round(t_sft),
+           "epochs": a.epochs, "seed": a.seed, "window": a.window, "batch": a.batch, "lr": a.lr, "levels": a.levels, "warm_start_s": round(t_sft),
            "load_average": round(os.getloadavg()[0], 2), **{k: res.metrics.get(k) for k in KEYS}}
     print("| env | model | parser | epochs | seed | greedy success | optimal / chance | first answers | warm start s |")
     print(f"| {a.env} | {a.model} | {a.parser} | {a.epochs} | {a.seed} | {100 * row['success']:.1f}% | "
