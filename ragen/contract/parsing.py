@@ -41,7 +41,12 @@ def _answer_after(text: str, start: int) -> tuple[int, int] | None:
     return None if close_at < 0 else (open_at + len("<answer>"), close_at)
 
 
-def _think_answer(text: str) -> Parsed:
+def _nothing_after(text: str, close_at: int) -> bool:
+    """Whether only whitespace and chat special tokens follow the ``</answer>`` at ``close_at``."""
+    return not _SPECIAL.sub("", text[close_at + len("</answer>"):]).strip()
+
+
+def _think_answer(text: str, allow_trailing: bool = True) -> Parsed:
     """What ``<think>(.*?)</think>\\s*<answer>(.*?)</answer>`` finds with ``re.search``, without its nested lazy
     search: the first ``<think>``, then the first ``</think>`` after it that whitespace and an ``<answer>`` follow,
     provided a ``</answer>`` closes that answer (a later candidate's ``<answer>`` lies further right, so if this one is
@@ -53,21 +58,25 @@ def _think_answer(text: str) -> Parsed:
     if m is None:
         return Parsed(False)
     close_at = text.find("</answer>", m.end())
-    if close_at < 0:
+    if close_at < 0 or not (allow_trailing or _nothing_after(text, close_at)):
         return Parsed(False)
     return Parsed(True, _clean(text[start + len("<think>"):m.start()]), _clean(text[m.end():close_at]))
 
 
-def parse_response(response: str, enable_think: bool = True) -> Parsed:
+def parse_response(response: str, enable_think: bool = True, allow_trailing: bool = True) -> Parsed:
     """Parse a response. With ``enable_think`` (the default) the text is ``"<think>" + response``, or the response as
     it is when it already starts with ``<think>`` (after whitespace; the rollout passes the prefilled ``<think>``), and
     must hold ``...</think>``, optional whitespace, then ``<answer>...</answer>``; a lone ``<answer>...</answer>`` does
     NOT match then (its ``<think>`` is never closed). Only with ``enable_think=False`` is the first closed
-    ``<answer>...</answer>`` alone enough. Tags and chat special tokens inside the think and answer are removed."""
+    ``<answer>...</answer>`` alone enough. Tags and chat special tokens inside the think and answer are removed.
+
+    ``allow_trailing=False``: the response must end with that ``</answer>`` (whitespace and chat special tokens such
+    as ``<|im_end|>`` may follow, nothing else), as the prompt asks ("with no extra text"). RAGEN's regex takes the
+    first match and ignores what follows, which is this function's default."""
     if enable_think:
         text = response if response.lstrip().startswith("<think>") else "<think>" + response
-        return _think_answer(text)
+        return _think_answer(text, allow_trailing)
     span = _answer_after(response, 0)
-    if span is None:
+    if span is None or not (allow_trailing or _nothing_after(response, span[1])):
         return Parsed(False)
     return Parsed(True, "", _clean(response[span[0]:span[1]]))

@@ -72,3 +72,8 @@ def test_ragen_reference_config_loads():
 
     cfg = load_config(ROOT / "configs" / "ragen.yaml")
     assert cfg.rollout.n_groups * cfg.rollout.group_size == 128 and cfg.trainer.actor_lr == 1e-6
+    # RAGEN's first-match parse: text after </answer> is ignored there (ragen's parsers reject it by default)
+    from ragen.plugins.components import make_component
+
+    parse = make_component("parser", "think-answer", **cfg.rollout.parser_options)
+    assert parse("I go up.</think><answer>Up</answer> and more").matched

@@ -70,3 +70,20 @@ def test_a_lone_answer_matches_only_without_think():
 
 #: the core's parsers keep the parser contract a plugin's parser is checked against (ragen.testing)
 test_parser_contract = component_contract_tests("parser", ["think-answer", "answer", ("think-answer", {"enable_think": False})])
+
+
+@pytest.mark.parametrize("name,response", [("answer", "Right || Up</answer>Up \nTurn 3\nReward:\n0 hole 3, 3"),
+                                           ("think-answer", "I go up.</think><answer>Up</answer> Then I go left.")])
+def test_the_built_in_parsers_reject_text_after_the_answer_unless_allowed(name, response):
+    """A policy grew junk tails after </answer> (frozenlake GRPO, 2026-11-27: ~50 tokens a turn after 80 steps, all
+    of them valid turns): the prompt says 'with no extra text', so the built-in parsers count such a turn as a format
+    failure; whitespace and end-of-turn tokens may follow; RAGEN's first-match behaviour is an option."""
+    from ragen.plugins.components import make_component
+
+    prefix = "<answer>" if name == "answer" else ""
+    strict = make_component("parser", name)
+    assert strict(prefix + response) == Parsed(False)
+    clean = response.split("</answer>")[0] + "</answer> \n<|im_end|>"
+    assert strict(prefix + clean).matched
+    lenient = make_component("parser", name, allow_trailing_text=True)
+    assert lenient(prefix + response) == lenient(prefix + clean) == strict(prefix + clean)
