@@ -5,8 +5,8 @@ from __future__ import annotations
 import attrs
 
 from ragen.config.fields import option
-from ragen.contract.parsing import parse_response
 from ragen.contract.hookspecs import hookimpl
+from ragen.contract.parsing import parse_response
 
 
 @attrs.frozen(kw_only=True)

@@ -62,6 +62,7 @@ def test_structure_rejects_non_mapping():
 
 def test_docs_config_is_current():
     from conftest import ROOT
+
     from ragen.config import config_markdown
 
     assert (ROOT / "docs" / "config.md").read_text() == config_markdown(), "run: python -m ragen.config > docs/config.md"
