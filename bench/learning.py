@@ -241,7 +241,7 @@ def run_one(job: dict, args, root: Path) -> dict:
            f"rollout.n_paired_levels={args.paired_levels}",
            "logging.progress=false", "logging.save_trajectories=0", f"logging.run_dir={root}", f"logging.name={name}",
            "collapse.enabled=false", "early_stop.enabled=false", *spec["overrides"], *args.override]
-    base = {**job, "command": " ".join(cmd[1:]), "jobs": args.jobs, "threads": args.threads}
+    base = {**job, "command": " ".join(cmd[1:]), "jobs": args.jobs, "threads": args.threads, "commit": commit()}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
     wall = time.perf_counter() - t0
@@ -466,6 +466,20 @@ def plot(table: list[dict], refs: dict, demos: dict, path: Path, title: str) -> 
 
 
 # ---- main ------------------------------------------------------------------------------------------------------------
+
+def commit() -> str | None:
+    """The git commit the runs are made with (a resumed JSON may hold runs of several: each run records its own);
+    '+dirty' when tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
 
 def machine() -> str:
     cpu = platform.processor() or ""
