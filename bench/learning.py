@@ -469,12 +469,12 @@ def plot(table: list[dict], refs: dict, demos: dict, path: Path, title: str) -> 
 
 def commit() -> str | None:
     """The git commit the runs are made with (a resumed JSON may hold runs of several: each run records its own);
-    '+dirty' when tracked files differ from it."""
+    '+dirty' when tracked files (results aside) differ from it."""
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
