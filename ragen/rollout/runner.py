@@ -137,8 +137,8 @@ class RolloutSettings:
     chat_format: ChatFormat = option(doc="The chat template study (``ChatFormat``): the tokenizer, the prefill "
                                          "(``<think>`` or ``<answer>``) and the end-of-turn token.")
     parser: Callable[[str], Parsed] | None = option(None, "A registered action parser (``make_component('parser', "
-                                                          "name)``), called on prefill + decoded ids; None = "
-                                                          "``parse_response`` with the chat format's think setting.")
+                                                          "name)``), called on prefill + decoded ids (the closing end-of-turn id left out); None = "
+                                                          "``parse_response`` with the chat format's think setting and no text after </answer>.")
     parsers: dict[str, tuple[Callable[[str], Parsed], ChatFormat]] = option(
         factory=dict, doc="Env name -> (parser, chat format) for envs whose parser differs from ``parser`` (several "
                           "envs in one run).")
@@ -169,8 +169,8 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
     stepper = EnvStepper(env_workers)
     parser = settings.parser
     if parser is None:
-        think = fmt.enable_think
-        parser = lambda text: parse_response(text, enable_think=think)  # noqa: E731
+        think = fmt.enable_think  # the built-in parsers' defaults: no text after </answer>
+        parser = lambda text: parse_response(text, enable_think=think, allow_trailing=False)  # noqa: E731
     eos_ids = set(int(i) for i in engine.eos_token_ids)
     if fmt.eos_id not in eos_ids:
         raise ConfigError(
@@ -296,7 +296,10 @@ def _apply(
     ended_with_eos = bool(ids) and ids[-1] in eos_ids
     span = run.ctx.add_response(ids, logprobs)
     text = _decode(tokenizer, ids)
-    parsed, parse_error = parse_safely(parser, fmt.prefill + text)
+    # the parser reads the turn without the end-of-turn id that closed it: not every family's EOS text looks like
+    # "<|im_end|>" ("</s>", "<end_of_turn>"), and the built-in parsers reject text after </answer>
+    body = _decode(tokenizer, ids[:-1]) if ended_with_eos else text
+    parsed, parse_error = parse_safely(parser, fmt.prefill + body)
     answer = parsed.answer if parsed.matched else None
     ep = run.episode
     res = ep.step_turn(answer)

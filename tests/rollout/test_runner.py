@@ -435,6 +435,32 @@ def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
     assert tr.turns[0].info["n"] == 2.0
 
 
+class TwoEosEngine(FixedEngine):
+    """A model whose end-of-turn ids include one whose text is plain (like "</s>" or "<end_of_turn>")."""
+
+    def __init__(self, eos_ids, responses):
+        super().__init__(eos_ids[0], responses)
+        self.eos_ids = eos_ids
+
+    @property
+    def eos_token_ids(self):
+        return list(self.eos_ids)
+
+
+def test_text_after_the_answer_fails_the_turn_but_an_end_of_turn_token_does_not(tiny, fmt):
+    _, tok = tiny
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    plain_eos = enc("Z")[-1]  # an end-of-turn id whose text the special-token pattern does not know
+    answer = enc(" go</think><answer>Inc</answer>")
+    responses = [answer + [fmt.eos_id], answer + [plain_eos], answer + enc(" and then Inc") + [fmt.eos_id]]
+    env = CountEnv(CountConfig(**WIDE, max_turns=3, target=50))
+    res = run_rollout(TwoEosEngine([fmt.eos_id, plain_eos], responses), [EnvSlot(env, "count", 0, 0, 0, "train")],
+                      SamplingParams(), RolloutSettings(chat_format=fmt))
+    (tr,) = res.trajectories
+    assert [t.format_ok for t in tr.turns] == [True, True, False]
+    assert [t.executed for t in tr.turns] == [["Inc"], ["Inc"], []] and tr.turns[2].penalty == FORMAT_PENALTY
+
+
 def test_truncation_reasons(tiny, fmt):
     _, tok = tiny
     eos = fmt.eos_id
