@@ -59,7 +59,8 @@ def test_resolved_config_loads_back_to_the_same_run():
     assert data["env"]["options"]["num_boxes"] == 2  # the variant's defaults, written out
     assert data["algo"]["options"]["kl_coef"] == 0.01 and data["algo"]["options"]["estimator"]
     # the default model (small) answers without <think> (rollout.parser=auto): its parser's options, written out
-    assert data["rollout"]["parser"] == "answer" and data["rollout"]["parser_options"] == {"enable_think": False}
+    assert data["rollout"]["parser"] == "answer" and data["rollout"]["parser_options"] == {"enable_think": False,
+                                                                                 "allow_trailing_text": False}
 
 
 def test_run_folder_names_everything_and_reruns_identically(tmp_path):
@@ -69,7 +70,8 @@ def test_run_folder_names_everything_and_reruns_identically(tmp_path):
     options = config["algo"]["options"]
     assert options["filter"] == "top-p" and options["filter_options"]["value"] == 0.5
     assert options["estimator"] == "grpo" and "epsilon" in options["estimator_options"]
-    assert config["env"]["options"]["size"] and config["rollout"]["parser_options"] == {"enable_think": True}
+    assert config["env"]["options"]["size"] and config["rollout"]["parser_options"] == {"enable_think": True,
+                                                                                    "allow_trailing_text": False}
     info = json.loads((run / "run.json").read_text())
     assert info["ragen"] and info["plugins"]["ragen-frozenlake"] and info["plugins"]["ragen-algos"]
     assert info["components"]["filter:top-p"].startswith("ragen-algos ")
