@@ -94,14 +94,17 @@ QUICK_STEPS = 10  #: --quick: one env, one seed, every arm, 10 steps
 #: process start, model load, export. Critic arms cost ``arm_factor`` x a GRPO step (PPO / GRPO RL time 2.0-2.4 in the
 #: 2026-11-26 run; StarPO-S at 8 groups x 4 generates PPO's 32 episodes and trains on 16 of them: 1.5, assumed). Two runs side by side
 #: at one thread each took 8.76 s per sokoban step (2026-11-27, load 2) against 3.56 s alone: ``parallel_slowdown``.
-#: Measured times of finished runs in the JSON replace step_s and val_s on a resume.
+#: Measured times of finished runs in the JSON replace step_s and val_s on a resume. Re-based on the 2026-11-27 run
+#: (bench/results/learning.json): a 100-step frozenlake GRPO step took a median 6.4 s from the 12-epoch warm start
+#: (5.1-8.7 s; the main job's 3.56 s was from a 4-epoch one), bandit 1.4-1.7 s, PPO 2.0x GRPO, StarPO-S at 8 x 4 1.0-1.3x;
+#: sokoban is assumed to cost what frozenlake does.
 COST = {
-    "step_s": {"frozenlake": 3.5, "sokoban": 3.5, "bandit": 1.0},
+    "step_s": {"frozenlake": 6.4, "sokoban": 6.4, "bandit": 1.5},
     "val_s": {"frozenlake": 9.0, "sokoban": 9.0, "bandit": 2.0},
     "paired_s": {"frozenlake": 24.0, "sokoban": 24.0, "bandit": 4.0},
     "warm_s": {"frozenlake": 390.0, "sokoban": 390.0, "bandit": 130.0},
     "start_s": 10.0,
-    "arm_factor": {"grpo": 1.0, "solver-guided": 1.0, "ppo": 2.0, "starpo-s": 1.5},
+    "arm_factor": {"grpo": 1.0, "solver-guided": 1.0, "ppo": 2.0, "starpo-s": 1.2},
     "parallel_slowdown": 2.46,
 }
 
