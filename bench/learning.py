@@ -71,17 +71,17 @@ ENVS: dict[str, dict] = {
     # (docs/models.md, "Reading the state"). Long curve: GRPO only (a second long arm per env does not fit 2 hours;
     # no arm beat the noise in 20 steps in the 2026-11-26 run, so there is no measured best arm to give it to)
     "frozenlake": {"arms": ("grpo", "ppo", "starpo-s", "solver-guided"), "long_arms": ("grpo",),
-                   "long_steps": 100, "short_steps": 20, "test_freq": 20, "long_test_freq": 20,
+                   "long_steps": 100, "short_steps": 20, "test_freq": 20,
                    "overrides": ["warmstart.epochs=12"]},
     "sokoban": {"arms": ("grpo", "ppo", "starpo-s", "solver-guided"), "long_arms": ("grpo",),
-                "long_steps": 100, "short_steps": 20, "test_freq": 20, "long_test_freq": 20,
+                "long_steps": 100, "short_steps": 20, "test_freq": 20,
                 "overrides": ["warmstart.epochs=12"]},
     # the expert always pulls the high-risk arm: noisy demos (half the pulls random) leave RL room above imitation;
     # one-turn episodes are cheap, so the warm start gets more passes (the copy of an arm name from the prompt is
     # learnt late). Long curve: GRPO (it drifts away from the risky arm on this bandit: docs/models.md).
     "bandit": {"arms": ("grpo", "ppo", "starpo-s"), "long_arms": ("grpo",),
                "not_run": {"solver-guided": "the bandit has no Env.potential(): the shaper would add nothing (= grpo)"},
-               "long_steps": 100, "short_steps": 20, "test_freq": 20, "long_test_freq": 20,
+               "long_steps": 100, "short_steps": 20, "test_freq": 20,
                "overrides": ["warmstart.noise=0.5", "warmstart.epochs=12"]},
 }
 QUICK_STEPS = 10  #: --quick: one env, one seed, every arm, 10 steps
@@ -92,7 +92,7 @@ QUICK_STEPS = 10  #: --quick: one env, one seed, every arm, 10 steps
 #: ``val_s``: one validation of 128 episodes at T 0.5 (64 took 4.7 s in the main job); ``paired_s``: one greedy pass
 #: over 256 levels (24 s); ``warm_s``: the 12-epoch warm start (4 epochs took 129 s, demos included); ``start_s``:
 #: process start, model load, export. Critic arms cost ``arm_factor`` x a GRPO step (PPO / GRPO RL time 2.0-2.4 in the
-#: 2026-11-26 run; StarPO-S at 8 groups x 4 generates PPO's 32 episodes and trains on 16 of them: 1.5, assumed). Two runs side by side
+#: 2026-11-26 run; StarPO-S at 8 groups x 4 generates PPO's 32 episodes and trains on 16 of them: 1.2, measured below). Two runs side by side
 #: at one thread each took 8.76 s per sokoban step (2026-11-27, load 2) against 3.56 s alone: ``parallel_slowdown``.
 #: Measured times of finished runs in the JSON replace step_s and val_s on a resume. Re-based on the 2026-11-27 run
 #: (bench/results/learning.json): a 100-step frozenlake GRPO step took a median 6.4 s from the 12-epoch warm start
@@ -170,8 +170,7 @@ def plan_jobs(envs: list[str], arms: list[str] | None, seeds: int, steps: int = 
                     continue
                 long = arm in (long_arms if long_arms is not None else spec["long_arms"])
                 n = steps or (QUICK_STEPS if quick else spec["long_steps" if long else "short_steps"])
-                freq = test_freq or (max(1, n // 2) if quick else spec["long_test_freq" if long and not steps
-                                                                            else "test_freq"])
+                freq = test_freq or (max(1, n // 2) if quick else spec["test_freq"])
                 batch.append({"env": env, "arm": arm, "seed": seed, "steps": n, "test_freq": min(freq, n),
                               "long": long and not quick and not steps})
         jobs += sorted(batch, key=lambda j: -j["steps"])

@@ -23,9 +23,9 @@ import attrs
 from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.errors import ConfigError
 from ragen.config.fields import option
-from ragen.contract.parsing import Parsed, parse_response
+from ragen.contract.parsing import Parsed
 from ragen.log import log
-from ragen.plugins.components import parser_thinks
+from ragen.plugins.components import make_component, parser_thinks
 from ragen.envs.prompt import reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
@@ -138,7 +138,7 @@ class RolloutSettings:
                                          "(``<think>`` or ``<answer>``) and the end-of-turn token.")
     parser: Callable[[str], Parsed] | None = option(None, "A registered action parser (``make_component('parser', "
                                                           "name)``), called on prefill + decoded ids (the closing end-of-turn id left out); None = "
-                                                          "``parse_response`` with the chat format's think setting and no text after </answer>.")
+                                                          "the built-in ``think-answer`` parser with the chat format's think setting.")
     parsers: dict[str, tuple[Callable[[str], Parsed], ChatFormat]] = option(
         factory=dict, doc="Env name -> (parser, chat format) for envs whose parser differs from ``parser`` (several "
                           "envs in one run).")
@@ -169,8 +169,7 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
     stepper = EnvStepper(env_workers)
     parser = settings.parser
     if parser is None:
-        think = fmt.enable_think  # the built-in parsers' defaults: no text after </answer>
-        parser = lambda text: parse_response(text, enable_think=think, allow_trailing=False)  # noqa: E731
+        parser = make_component("parser", "think-answer", enable_think=fmt.enable_think)  # the built-in parser
     eos_ids = set(int(i) for i in engine.eos_token_ids)
     if fmt.eos_id not in eos_ids:
         raise ConfigError(
@@ -456,7 +455,6 @@ class Rollout:
 
     def _env_parsers(self, plan: list) -> dict[str, tuple[Callable[[str], Parsed], ChatFormat]]:
         """(parser, chat format) of the envs of ``plan`` that name their own parser."""
-        from ragen.plugins.components import make_component
 
         out = {}
         for p in plan:
