@@ -146,11 +146,11 @@ class EpisodeTable:
         with self._lock:
             old = [k for k, e in self._episodes.items() if now - e.last_used > self.timeout_s and not e.lock.locked()]
             dropped = [self._episodes.pop(k) for k in old]
+            self.reaped += len(dropped)  # counted as they leave the table: another reap() sees them gone and counted
         for ep in dropped:
             self.host.release(ep.env, keep=False)  # abandoned mid-episode: closed, its process (if any) with it
         self.host.close_idle(self.timeout_s)
         if dropped:
-            self.reaped += len(dropped)
             log.info("env_episodes_reaped", count=len(dropped), timeout_s=self.timeout_s)
         return len(dropped)
 

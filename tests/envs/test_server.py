@@ -202,6 +202,31 @@ def test_heavy_env_idle_instances_are_closed_after_the_timeout():
         table.close()
 
 
+def test_a_reap_racing_a_slow_reap_sees_the_episodes_counted():
+    """The reaper thread and a caller both reap while closing is slow (a coqtop takes seconds to stop): each episode
+    is counted once, and counted as soon as it leaves the table, not after its env has closed (CI saw 0 == 4)."""
+    table = EpisodeTable(HeavyLake(), min_free_mb=0, episode_timeout_s=0.1)
+    release = table.host.release
+
+    def slow_release(env, keep):
+        time.sleep(1.0)
+        release(env, keep=keep)
+
+    table.host.release = slow_release
+    try:
+        for i in range(2):
+            assert table.dispatch("POST", "/episodes", {"seed": i}, client=str(i))[0] == 201
+        time.sleep(0.2)
+        first = threading.Thread(target=table.reap)
+        first.start()
+        time.sleep(0.3)  # the first reap has taken both and is closing the first
+        assert table.reap() == 0 and table.reaped == 2
+        first.join()
+        assert table.reaped == 2
+    finally:
+        table.close()
+
+
 # ---- worker processes: one slow client does not stall the others ---------------------------------------------
 class SlowLake:
     """A frozenlake (concurrency "none") whose action "slow" sleeps 3 s first (module-level: it pickles)."""
