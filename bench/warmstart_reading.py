@@ -7,7 +7,12 @@ model plays the validation levels (seeds 123..) greedily through the real rollou
 ``optimal_action_rate`` beside its chance level on the same states and the distinct first answers: a policy that
 ignores the state sits at chance with few distinct first answers.
 
-    python bench/warmstart_reading.py --env frozenlake --parser answer --epochs 12 --seed 2 [--save DIR]
+    python bench/warmstart_reading.py --env frozenlake --parser answer --epochs 12 --seed 2 [--save DIR] [--seen 128]
+    python bench/warmstart_reading.py --env sokoban --load DIR --seen 128     # a saved warm start, no training
+
+``--seen N`` also plays the first N demonstration levels (seeds 900000.., the levels the warm start was trained on)
+and adds ``seen_*`` keys: a model that memorised its demos is far better there than on the held-out levels; one
+that under-fits is as poor on both (docs/models.md, "Under-fitting, not memorising").
 
 Each call appends one JSON row to ``bench/results/warmstart_reading.jsonl`` and prints it as a table row; the table
 in docs/models.md ("Answer-only by default for `small`") is those rows. ``--save DIR`` keeps the model (a plain
@@ -61,31 +66,45 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4, help="SFT batch (the warm start's default: 4)")
     ap.add_argument("--lr", type=float, default=2e-3, help="peak SFT learning rate (the warm start's default: 2e-3)")
     ap.add_argument("--save", type=Path)
+    ap.add_argument("--load", type=Path, help="Evaluate this saved warm start (a --save folder or a cache entry) "
+                    "instead of training one; --epochs, --episodes and --seed then only describe it in the row")
+    ap.add_argument("--seen", type=int, default=0, help="Also play this many of the demos' own levels (0 = none)")
     ap.add_argument("--out", type=Path, default=Path("bench/results/warmstart_reading.jsonl"))
     a = ap.parse_args()
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"warmstart-reading-{os.getpid()}"
     torch.manual_seed(a.seed)
     t0 = time.perf_counter()
-    model, tok = load_model_and_tokenizer(a.model, work, [a.env], dtype="float32", device="cpu")
+    model, tok = load_model_and_tokenizer(str(a.load or a.model), work, [a.env], dtype="float32", device="cpu")
     fmt = ChatFormat(tok, enable_think=parser_thinks(a.parser))
     window = {"max_context_window": a.window} if a.window else {}
-    demos = play(ExpertEngine(tok, fmt.eos_id, fmt.enable_think, seed=0), fmt, a.env, a.episodes, window,
-                 DEMO_SEED_BASE, "train")
-    updates = a.epochs * max(1, round(len(demos.trajectories) / a.batch))
-    opt = TorchOptimizer(model, lr=a.lr, weight_decay=0.01, grad_clip=1.0, total_steps=updates)
-    sft(opt, tok, demos.trajectories, epochs=a.epochs, batch_size=a.batch, micro_batch_size=a.batch, seed=a.seed,
-        prompt_weight=1.0)
+    if not a.load:
+        demos = play(ExpertEngine(tok, fmt.eos_id, fmt.enable_think, seed=0), fmt, a.env, a.episodes, window,
+                     DEMO_SEED_BASE, "train")
+        updates = a.epochs * max(1, round(len(demos.trajectories) / a.batch))
+        opt = TorchOptimizer(model, lr=a.lr, weight_decay=0.01, grad_clip=1.0, total_steps=updates)
+        sft(opt, tok, demos.trajectories, epochs=a.epochs, batch_size=a.batch, micro_batch_size=a.batch, seed=a.seed,
+            prompt_weight=1.0)
     t_sft = time.perf_counter() - t0
     model.eval()
-    res = play(HFEngine(model, tok), fmt, a.env, a.levels, {**window, "parser": make_component("parser", a.parser)},
-               123, "val")
+    settings = {**window, "parser": make_component("parser", a.parser)}
+    res = play(HFEngine(model, tok), fmt, a.env, a.levels, settings, 123, "val")
+    seen = {}
+    if a.seen:  # the demos' own levels: the same seeds and split the demonstrations were played on
+        played = play(HFEngine(model, tok), fmt, a.env, a.seen, settings, DEMO_SEED_BASE, "train")
+        seen = {f"seen_{k}": played.metrics.get(k) for k in KEYS} | {"seen_levels": a.seen}
     row = {"date": str(date.today()), "env": a.env, "model": a.model, "parser": a.parser, "episodes": a.episodes,
            "epochs": a.epochs, "seed": a.seed, "window": a.window, "batch": a.batch, "lr": a.lr, "levels": a.levels, "warm_start_s": round(t_sft),
-           "load_average": round(os.getloadavg()[0], 2), **{k: res.metrics.get(k) for k in KEYS}}
+           "load_average": round(os.getloadavg()[0], 2), **{k: res.metrics.get(k) for k in KEYS}, **seen}
+    if a.load:
+        row |= {"loaded": str(a.load), "warm_start_s": None}
     print("| env | model | parser | epochs | seed | greedy success | optimal / chance | first answers | warm start s |")
     print(f"| {a.env} | {a.model} | {a.parser} | {a.epochs} | {a.seed} | {100 * row['success']:.1f}% | "
           f"{100 * (row['optimal_action_rate'] or 0):.1f}% / {100 * (row['optimal_action_chance'] or 0):.1f}% | "
           f"{row['distinct_first_answers']} | {row['warm_start_s']} |")
+    if seen:
+        print(f"seen (the demos' first {a.seen} levels): greedy success {100 * (seen['seen_success'] or 0):.1f}%, "
+              f"optimal / chance {100 * (seen['seen_optimal_action_rate'] or 0):.1f}% / "
+              f"{100 * (seen['seen_optimal_action_chance'] or 0):.1f}%")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     with open(a.out, "a") as f:
         f.write(json.dumps(row) + "\n")
