@@ -93,8 +93,8 @@ QUICK_STEPS = 10  #: --quick: one env, one seed, every arm, 10 steps
 #: docs/benchmarks.md; frozenlake's CPU per step was the same, 6.8 vs 6.9 CPU-s; bandit: one short turn, assumed);
 #: ``val_s``: one validation of 128 episodes at T 0.5 (64 took 4.7 s in the main job); ``paired_s``: one greedy pass
 #: over 256 levels (24 s); ``warm_s``: the 12-epoch warm start (4 epochs took 129 s, demos included; sokoban's
-#: 24-epoch one took 663 s on 2026-11-27); ``start_s``: process start, model load, export. Critic arms cost ``arm_factor`` x a GRPO step (PPO / GRPO RL time 2.0-2.4 in the
-#: 2026-11-26 run; StarPO-S at 8 groups x 4 generates PPO's 32 episodes and trains on 16 of them: 1.2, measured below). Two runs side by side
+#: 24-epoch one took 663 s on 2026-11-27); ``start_s``: process start, model load, export. Critic arms cost
+#: ``arm_factor`` x a GRPO step (PPO / GRPO RL time 2.0-2.4 in the 2026-11-26 run; StarPO-S at 8 groups x 4 generates PPO's 32 episodes and trains on 16 of them: 1.2, measured below). Two runs side by side
 #: at one thread each took 8.76 s per sokoban step (2026-11-27, load 2) against 3.56 s alone: ``parallel_slowdown``.
 #: Measured times of finished runs in the JSON replace step_s and val_s on a resume. Re-based on the 2026-11-27 run
 #: (bench/results/learning.json): a 100-step frozenlake GRPO step took a median 6.4 s from the 12-epoch warm start

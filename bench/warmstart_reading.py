@@ -87,10 +87,11 @@ def main() -> None:
     t_sft = time.perf_counter() - t0
     model.eval()
     settings = {**window, "parser": make_component("parser", a.parser)}
-    res = play(HFEngine(model, tok), fmt, a.env, a.levels, settings, 123, "val")
+    engine = HFEngine(model, tok)
+    res = play(engine, fmt, a.env, a.levels, settings, 123, "val")
     seen = {}
     if a.seen:  # the demos' own levels: the same seeds and split the demonstrations were played on
-        played = play(HFEngine(model, tok), fmt, a.env, a.seen, settings, DEMO_SEED_BASE, "train")
+        played = play(engine, fmt, a.env, a.seen, settings, DEMO_SEED_BASE, "train")
         seen = {f"seen_{k}": played.metrics.get(k) for k in KEYS} | {"seen_levels": a.seen}
     row = {"date": str(date.today()), "env": a.env, "model": a.model, "parser": a.parser, "episodes": a.episodes,
            "epochs": a.epochs, "seed": a.seed, "window": a.window, "batch": a.batch, "lr": a.lr, "levels": a.levels, "warm_start_s": round(t_sft),

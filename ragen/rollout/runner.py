@@ -455,7 +455,6 @@ class Rollout:
 
     def _env_parsers(self, plan: list) -> dict[str, tuple[Callable[[str], Parsed], ChatFormat]]:
         """(parser, chat format) of the envs of ``plan`` that name their own parser."""
-
         out = {}
         for p in plan:
             if p.parser and p.name not in out:
