@@ -234,6 +234,7 @@ class Runner:
         finally:
             _kill_group(proc)  # nothing of this run may outlive it
             proc.wait()
+            _reap_group_orphans(proc.pid)
         result = _parse_report(out, err, proc.returncode, time.monotonic() - t0)
         if cgroup is not None and cgroup.oom_kills():
             result = _memory_killed(result, self.limits.total_memory_mb)
@@ -250,6 +251,27 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, 9)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _reap_group_orphans(pgid: int, deadline_s: float = 2.0) -> None:
+    """Reap the killed group's processes that were re-parented to us.
+
+    When the checker dies before its bwrap (``_kill_group`` kills them all at once, in no set order), that bwrap goes
+    to the nearest subreaper; when that is this process, nobody else will wait for it and it stays a zombie. Its
+    SIGKILL is already pending, so it is gone within moments; never block on it (WNOHANG, bounded by a deadline).
+    """
+    if not _we_reap_orphans():
+        return
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:  # no child of ours is left in the group
+            return
+        if pid == 0:  # some are still dying
+            if time.monotonic() > end:
+                return
+            time.sleep(0.005)
 
 
 def _parse_report(out: bytes, err: bytes, rc: int | None, wall_s: float) -> RunResult:
