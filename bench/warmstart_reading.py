@@ -9,6 +9,7 @@ ignores the state sits at chance with few distinct first answers.
 
     python bench/warmstart_reading.py --env frozenlake --parser answer --epochs 12 --seed 2 [--save DIR] [--seen 128]
     python bench/warmstart_reading.py --env sokoban --load DIR --seen 128     # a saved warm start, no training
+    python bench/warmstart_reading.py --env sokoban --epochs 24 --prompt compact   # the compact prompt frame
 
 ``--seen N`` also plays the first N demonstration levels (seeds 900000.., the levels the warm start was trained on)
 and adds ``seen_*`` keys: a model that memorised its demos is far better there than on the held-out levels; one
@@ -61,6 +62,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0, help="init and shuffle seed")
+    ap.add_argument("--prompt", default="full", choices=("full", "compact"), help="rollout.prompt of demos and play")
     ap.add_argument("--window", type=int, default=0, help="rollout.max_context_window of demos and play (0 = all)")
     ap.add_argument("--levels", type=int, default=128)
     ap.add_argument("--batch", type=int, default=4, help="SFT batch (the warm start's default: 4)")
@@ -77,6 +79,7 @@ def main() -> None:
     model, tok = load_model_and_tokenizer(str(a.load or a.model), work, [a.env], dtype="float32", device="cpu")
     fmt = ChatFormat(tok, enable_think=parser_thinks(a.parser))
     window = {"max_context_window": a.window} if a.window else {}
+    window["prompt"] = a.prompt
     if not a.load:
         demos = play(ExpertEngine(tok, fmt.eos_id, fmt.enable_think, seed=0), fmt, a.env, a.episodes, window,
                      DEMO_SEED_BASE, "train")
@@ -94,12 +97,12 @@ def main() -> None:
         played = play(engine, fmt, a.env, a.seen, settings, DEMO_SEED_BASE, "train")
         seen = {f"seen_{k}": played.metrics.get(k) for k in KEYS} | {"seen_levels": a.seen}
     row = {"date": str(date.today()), "env": a.env, "model": a.model, "parser": a.parser, "episodes": a.episodes,
-           "epochs": a.epochs, "seed": a.seed, "window": a.window, "batch": a.batch, "lr": a.lr, "levels": a.levels, "warm_start_s": round(t_sft),
+           "epochs": a.epochs, "seed": a.seed, "window": a.window, "prompt": a.prompt, "batch": a.batch, "lr": a.lr, "levels": a.levels, "warm_start_s": round(t_sft),
            "load_average": round(os.getloadavg()[0], 2), **{k: res.metrics.get(k) for k in KEYS}, **seen}
     if a.load:
         row |= {"loaded": str(a.load), "warm_start_s": None}
-    print("| env | model | parser | epochs | seed | greedy success | optimal / chance | first answers | warm start s |")
-    print(f"| {a.env} | {a.model} | {a.parser} | {a.epochs} | {a.seed} | {100 * row['success']:.1f}% | "
+    print("| env | model | parser | prompt | epochs | seed | greedy success | optimal / chance | first answers | warm start s |")
+    print(f"| {a.env} | {a.model} | {a.parser} | {a.prompt} | {a.epochs} | {a.seed} | {100 * row['success']:.1f}% | "
           f"{100 * (row['optimal_action_rate'] or 0):.1f}% / {100 * (row['optimal_action_chance'] or 0):.1f}% | "
           f"{row['distinct_first_answers']} | {row['warm_start_s']} |")
     if seen:
@@ -112,7 +115,7 @@ def main() -> None:
     if a.save:
         model.save_pretrained(a.save)
         tok.save_pretrained(a.save)
-        save_parser(a.save, a.parser)
+        save_parser(a.save, a.parser, prompt=a.prompt)
 
 
 if __name__ == "__main__":

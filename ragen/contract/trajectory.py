@@ -37,7 +37,8 @@ class TurnRecord:
                                         "potential_end (Env.potential).")
     truncated_response: bool = option(doc="bool: generation hit the response length (no EOS sampled).")
     span: tuple[int, int] = option(doc="(int, int): [start, end) of the turn's sampled ids in Trajectory.input_ids.")
-    finish_reason: str = option("stop", "str: 'stop' (EOS sampled) or 'length'.")
+    finish_reason: str = option("stop", "str: 'stop' (EOS sampled), 'new_message' (the template's message-opening "
+                                        "token sampled: the turn is unfinished and malformed) or 'length'.")
 
 
 @attrs.define

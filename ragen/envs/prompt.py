@@ -1,4 +1,10 @@
-"""The RAGEN prompt frame (spec 1.3): system text, per-turn user text, reward messages."""
+"""The RAGEN prompt frame (spec 1.3): system text, per-turn user text, reward messages.
+
+Two styles (``rollout.prompt``): ``full`` is RAGEN's frame, written for instruction-tuned models; ``compact`` keeps
+only what changes between turns and levels (the state, the actions left, the reward) and the action list. A model
+trained from scratch on the demos (the built-in ones) cannot read instructions: to it the fixed text is noise that
+costs about half the tokens of every warm-start and RL update (docs/models.md, "A compact prompt").
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,17 @@ from ragen.contract.env import Env
 WARNING = "No valid action provided previously. Environment state remains the same. Please try again.\n"
 
 
-def system_prompt(env: Env, compat: str | None = None) -> str:
-    """System message built from the env's live config (legend, actions, per-turn action limit)."""
+PROMPT_STYLES = ("full", "compact")
+
+
+def system_prompt(env: Env, compat: str | None = None, style: str = "full") -> str:
+    """System message built from the env's live config (legend, actions, per-turn action limit); ``compact``: the
+    actions and the per-turn limit alone."""
     cfg = env.config
+    if style == "compact":
+        text = "Actions: " + ", ".join(env.action_names) if env.action_names else "Answer in <answer> </answer>."
+        n = cfg.max_actions_per_turn
+        return text + (f'\nUp to {n} actions per turn, separated by " || "' if n > 1 else "")
     text = "You're a helpful assistant. " + env.instructions
     if env.symbol_legend:
         text += "\nThe meaning of each symbol in the state is:\n" + ", ".join(f"{s}: {m}" for s, m in env.symbol_legend.items())
@@ -21,8 +35,11 @@ def system_prompt(env: Env, compat: str | None = None) -> str:
     return text
 
 
-def turn_text(turn: int, obs: str, actions_left: int, max_tokens: int, warning: bool = False, enable_think: bool = True) -> str:
-    """User text of turn ``turn`` (1-based)."""
+def turn_text(turn: int, obs: str, actions_left: int, max_tokens: int, warning: bool = False, enable_think: bool = True,
+              style: str = "full") -> str:
+    """User text of turn ``turn`` (1-based); ``compact`` drops the format reminder."""
+    if style == "compact":
+        return f"\nTurn {turn}:\nState:\n{obs}\n{WARNING if warning else ''}You have {actions_left} actions left.\n"
     fmt = "<think> [Your thoughts] </think> <answer> [your answer] </answer>" if enable_think else "<answer> [your answer] </answer>"
     return (
         f"\nTurn {turn}:\nState:\n{obs}\n{WARNING if warning else ''}You have {actions_left} actions left. "

@@ -66,11 +66,13 @@ def smollm2_gguf() -> Path:
 PARSER_FILE = "ragen-parser.json"
 
 
-def save_parser(folder: str | os.PathLike, name: str, options: dict | None = None) -> None:
-    """Record in ``folder`` which parser the model was trained with, so ``ragen eval`` reads it the same way."""
+def save_parser(folder: str | os.PathLike, name: str, options: dict | None = None, prompt: str = "full") -> None:
+    """Record in ``folder`` which parser and prompt style (``rollout.prompt``) the model was trained with, so
+    ``ragen eval`` reads it the same way."""
     import json
 
-    (Path(folder) / PARSER_FILE).write_text(json.dumps({"parser": name, "parser_options": dict(options or {})}) + "\n")
+    record = {"parser": name, "parser_options": dict(options or {}), "prompt": prompt}
+    (Path(folder) / PARSER_FILE).write_text(json.dumps(record) + "\n")
 
 
 def trained_parser(model: str) -> tuple[str, dict] | None:
@@ -84,6 +86,21 @@ def trained_parser(model: str) -> tuple[str, dict] | None:
         return str(data["parser"]), dict(data.get("parser_options") or {})
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def trained_prompt(model: str) -> str | None:
+    """The prompt style (``rollout.prompt``) recorded in a local model folder by ``save_parser``, else None (a model
+    from elsewhere, or a folder saved before styles existed: those were trained on the full frame)."""
+    import json
+
+    try:
+        path = Path(model).expanduser() / PARSER_FILE
+        if not path.is_file():
+            return None
+        prompt = json.loads(path.read_text()).get("prompt", "full")
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+    return prompt if prompt in ("full", "compact") else None
 
 
 def looks_like_path(name: str) -> bool:

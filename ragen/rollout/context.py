@@ -60,6 +60,50 @@ def turn_end(tokenizer: Any) -> tuple[int, str, str]:
     raise ConfigError(f"cannot find the end-of-turn token in the chat template (text after an assistant turn: {tail!r})")
 
 
+def turn_start(tokenizer: Any) -> int | None:
+    """The special token that opens a chat message (ChatML ``<|im_start|>``, Llama 3 ``<|start_header_id|>``), or
+    None when the template has no such token.
+
+    Found from the template: what the generation prompt adds after [system, user] starts with it. A policy that
+    samples it has left its own turn and is writing the next message (a user turn, a prompt); the engines stop there
+    (``stop_ids``), so a derailed turn costs one token, not the whole response budget, and is penalised as malformed.
+    """
+    bare = _render(tokenizer, BASE[:2], False)
+    head = _render(tokenizer, BASE[:2], True)
+    if not head.startswith(bare) or head == bare:
+        return None
+    ids = tokenizer(head[len(bare):], add_special_tokens=False)["input_ids"]
+    special = set(getattr(tokenizer, "all_special_ids", []) or []) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    if not ids or ids[0] not in special or ids[0] == turn_end(tokenizer)[0]:  # an end-of-turn id never opens one
+        return None
+    return int(ids[0])
+
+
+def as_id_list(value: Any) -> list[int]:
+    """Token ids from an ``eos_token_id`` field: None, an int, a list or a tensor (tokenizers and generation configs
+    disagree on which)."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set)):
+        return [int(v) for v in value if v is not None]
+    if hasattr(value, "flatten"):  # a tensor
+        return [int(v) for v in value.flatten().tolist()]
+    return [int(value)]
+
+
+def stop_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """The ids a rollout engine stops on by default: the tokenizer's and the model's EOS ids, the chat template's
+    end-of-turn token and its message-opening token (``turn_start``)."""
+    ids = as_id_list(getattr(tokenizer, "eos_token_id", None))
+    ids += as_id_list(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
+    if getattr(tokenizer, "chat_template", None):
+        ids.append(turn_end(tokenizer)[0])
+        start = turn_start(tokenizer)
+        if start is not None:
+            ids.append(start)
+    return list(dict.fromkeys(int(i) for i in ids))
+
+
 class ChatFormat:
     """The per-tokenizer facts the delta rendering needs, computed once (plus the prefix-preservation check)."""
 
@@ -68,6 +112,7 @@ class ChatFormat:
         self.enable_think = enable_think
         self.prefill = "<think>" if enable_think else "<answer>"
         self.eos_id, self.eos_text, self.closing_text = turn_end(tokenizer)
+        self.start_id = turn_start(tokenizer)  # a turn that stops on it is unfinished: it gets the EOS fill
         self.base_text = _render(tokenizer, BASE, False)
         if check_prefix:
             self.check_prefix_preserving()

@@ -44,20 +44,8 @@ from typing import Any
 import torch
 
 from ragen.errors import ConfigError
-from ragen.rollout.context import turn_end
+from ragen.rollout.context import stop_ids
 from ragen.rollout.engine import Generation, SamplingParams, check_prompts
-
-
-def as_id_list(value: Any) -> list[int]:
-    """Token ids from an ``eos_token_id`` field: None, an int, a list or a tensor (tokenizers and generation configs
-    disagree on which)."""
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple, set)):
-        return [int(v) for v in value if v is not None]
-    if isinstance(value, torch.Tensor):
-        return [int(v) for v in value.flatten().tolist()]
-    return [int(value)]
 
 
 class _LogprobRecorder:
@@ -169,11 +157,7 @@ class HFEngine:
         self._kv: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # ids -> per-layer (k, v)
         self.kv_stats = {"prompt_tokens": 0, "reused_tokens": 0}
         if eos_token_ids is None:
-            ids = as_id_list(getattr(tokenizer, "eos_token_id", None))
-            ids += as_id_list(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-            if getattr(tokenizer, "chat_template", None):
-                ids.append(turn_end(tokenizer)[0])
-            eos_token_ids = ids
+            eos_token_ids = stop_ids(tokenizer, model)
         self._eos = list(dict.fromkeys(int(i) for i in eos_token_ids))
         if not self._eos:
             raise ConfigError("the model has no EOS token id; pass eos_token_ids")

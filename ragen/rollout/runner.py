@@ -26,7 +26,7 @@ from ragen.config.fields import option
 from ragen.contract.parsing import Parsed
 from ragen.log import log
 from ragen.plugins.components import make_component, parser_thinks
-from ragen.envs.prompt import reward_text, system_prompt, turn_text
+from ragen.envs.prompt import PROMPT_STYLES, reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, default_factory
@@ -144,6 +144,8 @@ class RolloutSettings:
                           "envs in one run).")
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated.")
     compat: str | None = option(None, "'ragen' prints RAGEN's system-prompt action count and raw reward sums.")
+    prompt: str = option("full", "The prompt frame's style (ragen/envs/prompt.py): 'full' (RAGEN's) or 'compact'.",
+                         validator=attrs.validators.in_(PROMPT_STYLES))
     format_penalty: float = option(FORMAT_PENALTY, "Added to the score once per turn with a format violation.")
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = each env's own response_length.")
     max_context_window: int = option(0, "Past turns each prompt holds (0 = all; ``ChatContext``).")
@@ -163,7 +165,7 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
     counts its unused turns as done).
     """
     fmt, tokenizer = settings.chat_format, settings.chat_format.tokenizer
-    parsers, compat, format_penalty = settings.parsers, settings.compat, settings.format_penalty
+    parsers, compat, format_penalty, style = settings.parsers, settings.compat, settings.format_penalty, settings.prompt
     max_model_len, response_length, overlap_chunks = settings.max_model_len, settings.response_length, settings.overlap_chunks
     max_context_window, env_workers = settings.max_context_window, settings.env_workers
     stepper = EnvStepper(env_workers)
@@ -193,14 +195,16 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
             ep = Episode(slot.env, format_penalty=format_penalty)
             ep.reset(slot.seed, {"split": the_split, "rollout_index": slot.rollout_index})
             cfg = slot.env.config
-            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=fmt.enable_think)
-            system = system_prompt(slot.env, compat)
+            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=fmt.enable_think,
+                             style=style)
+            system = system_prompt(slot.env, compat, style)
         except Exception as exc:
             fail(slot, "reset", exc)
             continue
         the_parser, the_fmt = (parsers or {}).get(slot.env_name, (parser, fmt))
         if the_fmt is not fmt:  # this env's parser has its own prefill: its prompt is rendered with it
-            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=the_fmt.enable_think)
+            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=the_fmt.enable_think,
+                             style=style)
         ctx = ChatContext(the_fmt, system, user, window=max_context_window)
         traj = Trajectory(
             env_name=slot.env_name,
@@ -243,7 +247,8 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
                 if len(gens) != len(chunk):
                     raise RuntimeError(f"engine returned {len(gens)} generations for {len(chunk)} prompts")
                 for m, g in zip(chunk, gens):
-                    job = functools.partial(_apply, m, g, length, tokenizer, m.parser, m.fmt, eos_ids, max_model_len, compat)
+                    job = functools.partial(_apply, m, g, length, tokenizer, m.parser, m.fmt, eos_ids, max_model_len, compat,
+                                            style)
                     # with a pool, these envs step while the engine generates the next chunk (stepping.py)
                     results.append((m, stepper.submit(m.slot.env, job) if stepper.workers > 1 else job))
         timing["generate_s"] += time.perf_counter() - t0
@@ -285,6 +290,7 @@ def _apply(
     eos_ids: set[int],
     max_model_len: int,
     compat: str | None,
+    style: str = "full",
 ) -> None:
     ids = [int(i) for i in gen.token_ids]
     logprobs = [float(x) for x in gen.logprobs]
@@ -292,7 +298,10 @@ def _apply(
         raise RuntimeError(f"engine returned {len(ids)} ids but {len(logprobs)} log-probs")
     if len(ids) > length:  # an engine overrunning its cap: keep the first `length` ids, like a length stop
         ids, logprobs = ids[:length], logprobs[:length]
-    ended_with_eos = bool(ids) and ids[-1] in eos_ids
+    stopped = bool(ids) and ids[-1] in eos_ids
+    # a turn that stopped on the message-opening token (the policy began writing the next message) is not closed:
+    # it is parsed whole (so it is malformed) and gets the EOS fill, like a turn cut at the length cap
+    ended_with_eos = stopped and ids[-1] != fmt.start_id
     span = run.ctx.add_response(ids, logprobs)
     text = _decode(tokenizer, ids)
     # the parser reads the turn without the end-of-turn id that closed it: not every family's EOS text looks like
@@ -315,9 +324,9 @@ def _apply(
             penalty=float(res.penalty),
             format_ok=res.penalty == 0,
             info=info,
-            truncated_response=not ended_with_eos,
+            truncated_response=not stopped,
             span=span,
-            finish_reason="stop" if ended_with_eos else "length",
+            finish_reason="stop" if ended_with_eos else "new_message" if stopped else "length",
         )
     )
     run.traj.reward += reward
@@ -327,7 +336,8 @@ def _apply(
         return
     cfg = ep.env.config
     user = reward_text(reward, compat) + turn_text(
-        ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed, enable_think=fmt.enable_think
+        ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed, enable_think=fmt.enable_think,
+        style=style,
     )
     pieces = run.ctx.next_user(user, ended_with_eos)
     if run.ctx.next_prompt_len(pieces) + length > max_model_len:
@@ -367,6 +377,7 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
         "parse_match_rate": _mean([float(t.answer is not None) for t in turns]),
         "response_length_mean": _mean([float(t.response_length) for t in trajs]),
         "turn_length_clip_rate": _mean([float(t.truncated_response) for t in turns]),
+        "turn_new_message_rate": _mean([float(t.finish_reason == "new_message") for t in turns]),
         "sequence_length_mean": _mean([float(len(t.input_ids)) for t in trajs]),
         "sequence_length_max": float(max((len(t.input_ids) for t in trajs), default=0)),
         "truncated_rate": _mean([float(t.truncated) for t in trajs]),
@@ -441,6 +452,7 @@ class Rollout:
         self.settings = RolloutSettings(
             chat_format=self.chat_format, parser=parser, parsers=self._env_parsers([*train, *self._val_plan]),
             max_model_len=int(r.max_model_len), compat=getattr(r, "compat", "") or None,
+            prompt=str(getattr(r, "prompt", "full")),
             format_penalty=float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY)),
             response_length=int(getattr(r, "response_length", 0) or 0),
             max_context_window=int(getattr(r, "max_context_window", 0) or 0),

@@ -47,15 +47,10 @@ def vllm_available() -> bool:
 
 
 def default_eos_ids(tokenizer: Any, model: Any = None) -> list[int]:
-    """EOS ids the way ``HFEngine`` finds them: the tokenizer's, the model's generation config's, the chat turn end."""
-    from ragen.rollout.context import turn_end
-    from ragen.rollout.hf import as_id_list
+    """Stop ids the way ``HFEngine`` finds them (``ragen.rollout.context.stop_ids``)."""
+    from ragen.rollout.context import stop_ids
 
-    ids = as_id_list(getattr(tokenizer, "eos_token_id", None))
-    ids += as_id_list(getattr(getattr(model, "generation_config", None), "eos_token_id", None))
-    if getattr(tokenizer, "chat_template", None):
-        ids.append(turn_end(tokenizer)[0])
-    return list(dict.fromkeys(int(i) for i in ids))
+    return stop_ids(tokenizer, model)
 
 
 def default_sync_tol(dtype: Any) -> float:

@@ -19,12 +19,12 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
              seed: int = 0, out: Path | None = None, options: dict | None = None, parser: str = "think-answer",
              parser_options: dict | None = None, max_model_len: int = 3600, device: str = "auto",
              work_dir: Path = Path("runs/eval-models"), env_options: dict[str, dict] | None = None,
-             progress: bool = True) -> dict:
+             progress: bool = True, prompt: str = "full") -> dict:
     """Play ``n_groups`` validation seeds (123, 124, ... for each env) with ``k`` samples each; returns the metrics.
 
     ``env_name``: one variant, or several played in one rollout (issue 14); then the metrics hold ``envs`` (one entry
     per variant) and ``overall``. ``options`` apply to every env, ``env_options[name]`` to one (and win).
-    ``progress``: a bar of turns played on stderr."""
+    ``progress``: a bar of turns played on stderr. ``prompt``: the frame's style (``rollout.prompt``)."""
     from ragen.models.load import load_model_and_tokenizer
 
     names = [env_name] if isinstance(env_name, str) else list(dict.fromkeys(env_name))
@@ -37,7 +37,7 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
     groups.seed_of = lambda step, g: 123 + g % n_groups  # type: ignore[method-assign]  # each env: seeds 123.., k members
     try:
         with progress_bar(0, 0, progress, desc="eval", unit="turn") as bar:
-            res = run_rollout(engine, groups, SamplingParams(temperature=temperature, seed=seed), RolloutSettings(parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len, chat_format=fmt), progress=bar)
+            res = run_rollout(engine, groups, SamplingParams(temperature=temperature, seed=seed), RolloutSettings(parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len, chat_format=fmt, prompt=prompt), progress=bar)
     finally:
         groups.close()
     failed = _failed_by_env(res.errors, names)

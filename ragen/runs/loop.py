@@ -58,6 +58,8 @@ def _run_folder(cfg: RunConfig | None, resume: Path | None) -> tuple[RunConfig, 
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder (no config.yaml)")
         data = unredact(config_mod.read_file(run_dir / "config.yaml"))
+        if isinstance(data.get("rollout"), dict):  # written before rollout.prompt existed: that run saw the full frame
+            data["rollout"].setdefault("prompt", "full")
         return config_mod.load_config(base=data), run_dir
     dp.init_distributed(dp.pick_device(cfg.trainer.device))  # under a launcher every rank must agree on the folder
     return cfg, dp.broadcast_object(new_run_dir(cfg) if dp.is_main() else None)

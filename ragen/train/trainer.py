@@ -235,7 +235,7 @@ class Trainer:
         return self.step_idx
 
     def export(self) -> Path:
-        parser = (self.cfg.rollout.parser, dict(self.cfg.rollout.parser_options))
+        parser = (self.cfg.rollout.parser, dict(self.cfg.rollout.parser_options), self.cfg.rollout.prompt)
         return checkpoint.export(self.run_dir / checkpoint.FINAL, self.actor.module, self.tokenizer, self.lora, parser)
 
     def close(self) -> None:

@@ -65,6 +65,8 @@ def key_inputs(cfg: RunConfig) -> dict:
         "parser_options": resolved_options("parser", cfg.rollout.parser, cfg.rollout.parser_options),
         "max_model_len": cfg.rollout.max_model_len,
     }
+    if cfg.rollout.prompt != "full":  # the compact frame (a full-frame entry keeps its key from before styles existed)
+        out["prompt"] = cfg.rollout.prompt
     if cfg.env.train or cfg.env.val:  # env lists (issue 14); the one-env form keeps its keys, so its cache entries
         out["env_lists"] = _env_lists_key(cfg)
     return out

@@ -24,15 +24,17 @@ DEMO_SEED_BASE = 900_000  # disjoint from train (10000 + ...) and validation (12
 
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,
-                 max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE, progress: bool = False):
+                 max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE, progress: bool = False,
+                 prompt: str = "full"):
     """Play ``episodes`` expert episodes (seeds from ``seed_base``, 900000) through the rollout loop; returns the
-    rollout result (trajectories and metrics). ``progress``: show a bar of turns played."""
+    rollout result (trajectories and metrics). ``progress``: show a bar of turns played; ``prompt``: the frame's
+    style (``rollout.prompt``)."""
     engine = ExpertEngine(tokenizer, chat_format.eos_id, chat_format.enable_think, noise=noise, seed=seed)
     groups = EnvGroups([GroupSpec(env_name, episodes, dict(options))], group_size=1, split="train")
     groups.seed_of = lambda step, g: seed_base + g  # type: ignore[method-assign]
     try:
         with progress_bar(0, 0, progress, desc=f"expert demos ({env_name})", unit="turn") as bar:
-            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=seed), RolloutSettings(max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty), progress=bar)
+            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=seed), RolloutSettings(max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty, prompt=prompt), progress=bar)
     finally:
         groups.close()
     return res
@@ -145,7 +147,7 @@ def _run_demos(cfg, tokenizer, fmt):
             own = ChatFormat(tokenizer, enable_think=parser_thinks(p.parser)) if p.parser else fmt
             results.append(expert_demos(tokenizer, own, p.name, dict(p.options), n, w.noise, w.seed,
                                         cfg.rollout.max_model_len, cfg.trainer.format_penalty,
-                                        progress=cfg.logging.progress))
+                                        progress=cfg.logging.progress, prompt=cfg.rollout.prompt))
     if len(results) == 1:
         return results[0]
     trajs = [t for r in results for t in r.trajectories]
@@ -194,7 +196,7 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
                       device=device, progress=cfg.logging.progress, stop=stop, prompt_weight=prompt_weight(cfg))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    save_parser(out, cfg.rollout.parser, cfg.rollout.parser_options)
+    save_parser(out, cfg.rollout.parser, cfg.rollout.parser_options, cfg.rollout.prompt)
     shutil.rmtree(out / "model-source", ignore_errors=True)
     metrics.update({"sft/demo_success": demos.metrics.get("success", 0.0), "sft/demos": float(len(demos.trajectories))})
     log.info("warmstart_done", **{k.split("/")[-1]: round(float(v), 4) for k, v in metrics.items()})

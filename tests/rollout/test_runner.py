@@ -31,7 +31,7 @@ from ragen.rollout import (
     train_seed,
     val_seed,
 )
-from ragen.rollout.context import SEGMENT_MASK, turn_end
+from ragen.rollout.context import SEGMENT_MASK, stop_ids, turn_end, turn_start
 
 # ---------------------------------------------------------------------------------------------------------------
 # two small deterministic envs
@@ -263,7 +263,7 @@ def test_strict_comparator_two_envs_several_turns(tiny, fmt):
     for tr in res.trajectories:
         cap = 12 if tr.env_name == "guess" else 16
         assert all(t.span[1] - t.span[0] <= cap for t in tr.turns)
-        assert all((t.span[1] - t.span[0] == cap) or t.finish_reason == "stop" for t in tr.turns)
+        assert all((t.span[1] - t.span[0] == cap) or t.finish_reason in ("stop", "new_message") for t in tr.turns)
 
 
 def test_rollout_logprobs_match_teacher_forcing(tiny, fmt):
@@ -459,6 +459,36 @@ def test_text_after_the_answer_fails_the_turn_but_an_end_of_turn_token_does_not(
     (tr,) = res.trajectories
     assert [t.format_ok for t in tr.turns] == [True, True, False]
     assert [t.executed for t in tr.turns] == [["Inc"], ["Inc"], []] and tr.turns[2].penalty == FORMAT_PENALTY
+
+
+def test_a_turn_that_opens_a_new_message_stops_there_and_is_malformed(tiny, fmt):
+    """The sokoban GRPO collapse (docs/benchmarks.md): derailed turns ran on as `<|im_start|>user ...` prompt text up
+    to the cap. The real engine now stops on the template's message-opening token; the turn is parsed whole (so even
+    a complete answer before it is malformed), gets the EOS fill, and is counted."""
+    model, tok = tiny
+    start = turn_start(tok)
+    assert tok.convert_ids_to_tokens(start) == "<|im_start|>"
+    assert HFEngine(model, tok).eos_token_ids == [fmt.eos_id, start] == stop_ids(tok, model)
+    engine = Recording(HFEngine(eos_biased(model, start, bias=8.0), tok))
+    env = CountEnv(CountConfig(**SMALL, max_turns=2))
+    res = run_rollout(engine, [EnvSlot(env, "count", 10001, 0, 0, "train")], SamplingParams(seed=0), RolloutSettings(chat_format=fmt))
+    (tr,) = res.trajectories
+    assert tr.num_turns == 2 and [t.finish_reason for t in tr.turns] == ["new_message", "new_message"]
+    assert all(tr.input_ids[t.span[1] - 1] == start and not t.format_ok and not t.truncated_response for t in tr.turns)
+    fill = next(seg for seg in tr.segments if seg[0] == "eos_fill")  # the turn is closed for the next message
+    assert tr.input_ids[fill[1]:fill[2]] == [fmt.eos_id] and tr.loss_mask[fill[1]] == 0
+    assert_token_exact(res.trajectories, engine.calls)
+    assert res.metrics["turn_new_message_rate"] == 1.0 and res.metrics["turn_length_clip_rate"] == 0.0
+    # the collapse's turns: an answer cut off by the new message is malformed; a complete one stands (the parser
+    # ignores chat special tokens after </answer>), and both turns are closed with the fill
+    enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    fixed = TwoEosEngine([fmt.eos_id, start], [enc(" go</think><answer>Inc || Inc</") + [start],
+                                               enc(" go</think><answer>Inc</answer>") + [start]])
+    env = CountEnv(CountConfig(**WIDE, max_turns=2, target=50))
+    (tr,) = run_rollout(fixed, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(chat_format=fmt)).trajectories
+    assert [t.format_ok for t in tr.turns] == [False, True] and tr.turns[0].penalty == FORMAT_PENALTY
+    assert [t.finish_reason for t in tr.turns] == ["new_message"] * 2 and tr.turns[1].executed == ["Inc"]
+    assert [k for k, _, _ in tr.segments] == ["prompt", "response", "eos_fill", "delta", "response"]
 
 
 def test_truncation_reasons(tiny, fmt):

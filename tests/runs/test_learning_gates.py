@@ -1,9 +1,9 @@
-"""CI's learning gates (issue 24): a fresh warm start of the tiny model must read the board, and GRPO must learn one
-pinned level. They guard the two things that broke before: a blind warm start (its moves at chance on the states it
+"""CI's learning gates (issue 24): a fresh warm start of the built-in `small` model must read the board, and GRPO must
+learn one pinned level. They guard the two things that broke before: a blind warm start (its moves at chance on the states it
 sees) and an RL loop that does not learn (a loss mask, an advantage or a sync gone wrong).
 
 One module-scoped run serves both: `ragen run` on FrozenLake with every group pinned to one training level
-(rollout.train_levels=1), warm-started answer-only from an empty cache; then `ragen eval` greedy on held-out levels
+(rollout.train_levels=1), warm-started answer-only on the compact prompt from an empty cache; then `ragen eval` greedy on held-out levels
 of the warm start the run copied into its folder. Thresholds come from measurement (docs/models.md)."""
 
 import json
@@ -20,6 +20,8 @@ PINNED_STEPS, PINNED_SUCCESS = 20, 0.9
 #: (docs/models.md, answer-only table); the reading small runs beat it by 10-19 points
 READING_MARGIN = 0.08
 LEVELS = 64
+#: the warm start: `small`, answer-only, compact prompt (its defaults), 12 epochs: 100 s on 2 idle cores
+EPOCHS = 12
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,7 @@ def pinned_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gates")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAGEN_CACHE_DIR": str(tmp / "cache")}  # an empty cache
     proc = subprocess.run(
-        ragen_cmd("run", "--env", "frozenlake", "--algo", "grpo", "--model", "tiny", "rollout.parser=answer",
+        ragen_cmd("run", "--env", "frozenlake", "--algo", "grpo", "--model", "small", f"warmstart.epochs={EPOCHS}",
                   "rollout.train_levels=1", f"trainer.steps={PINNED_STEPS}", "trainer.test_freq=0",
                   "rollout.n_val_groups=8", f"rollout.n_paired_levels={LEVELS}", "logging.progress=false", f"logging.run_dir={tmp}", "logging.name=pinned",
                   "early_stop.val_patience=0"),
@@ -47,10 +49,6 @@ def test_grpo_learns_a_pinned_level(pinned_run):
     assert curve[best] > curve[0] or curve[0] >= PINNED_SUCCESS, curve
 
 
-@pytest.mark.xfail(strict=False, reason="issue 24 open: no CI-sized warm start reads frozenlake (docs/models.md: tiny "
-                   "23.4% optimal vs 37.5% chance at 4 epochs, 28.6% vs 36.6% at 12; small at half the compute or on "
-                   "half the demos below chance too); small reads at 256 demos x 12 epochs, 5-6.5 min alone, over the "
-                   "gates' 5-minute budget")
 def test_the_warm_start_reads_the_board(pinned_run):
     """The run's greedy pass before RL plays the warm start on held-out levels (seeds 123..): its optimal moves must
     beat chance on the same states by the margin."""

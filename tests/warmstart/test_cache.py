@@ -33,7 +33,14 @@ KEY_CHANGES = [
     "env.name=frozenlake-slippery", "env.options.max_turns=3", "model.name=small", "model.dtype=float32",
     "model.lora_rank=8", "warmstart.episodes=7", "warmstart.noise=0.2", "warmstart.epochs=2", "warmstart.lr=0.01",
     "warmstart.batch_size=4", "warmstart.seed=1", "rollout.parser=answer", "rollout.max_model_len=1000",
+    "rollout.prompt=compact",
 ]
+
+
+def test_a_full_frame_warm_start_keeps_its_key_from_before_prompt_styles():
+    """Entries cached before rollout.prompt existed were trained on the full frame: their key has no prompt input."""
+    assert "prompt" not in warmstart.key_inputs(load_config(overrides=["env.name=frozenlake", *FAST]))
+    assert warmstart.key_inputs(load_config(overrides=["env.name=frozenlake", *FAST, "rollout.prompt=compact"]))["prompt"] == "compact"
 
 
 @pytest.mark.parametrize("change", KEY_CHANGES)
