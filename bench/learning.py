@@ -65,7 +65,11 @@ ARMS: dict[str, list[str]] = {
 }
 
 #: per env: the arms, which of them get the long curve, the RL steps of long and short curves, validation every N
-#: steps, and env-specific overrides (of the warm start too). Matched across arms by design.
+#: steps, and env-specific overrides (of the warm start too). Matched across arms by design. Every run pins RAGEN's
+#: full prompt frame (PINNED): bench/results/learning.json was measured on it, and a resumed run must match the runs
+#: already in the JSON; `--fresh --override rollout.prompt=compact` measures the compact frame (`ragen run`'s
+#: default for `small` since 2026-11-27, docs/models.md).
+PINNED = ["rollout.prompt=full"]
 ENVS: dict[str, dict] = {
     # 12 warm-start epochs: with the prompt in the loss the small model reads the state after 12 epochs, not after 4
     # (docs/models.md, "Reading the state"). Long curve: GRPO only (a second long arm per env does not fit 2 hours;
@@ -244,7 +248,7 @@ def run_one(job: dict, args, root: Path) -> dict:
            "trainer.save_freq=0", f"trainer.threads={args.threads}", f"rollout.n_val_groups={args.val_seeds}",
            f"rollout.n_paired_levels={args.paired_levels}",
            "logging.progress=false", "logging.save_trajectories=0", f"logging.run_dir={root}", f"logging.name={name}",
-           "collapse.enabled=false", "early_stop.enabled=false", *spec["overrides"], *args.override]
+           "collapse.enabled=false", "early_stop.enabled=false", *PINNED, *spec["overrides"], *args.override]
     base = {**job, "command": " ".join(cmd[1:]), "jobs": args.jobs, "threads": args.threads, "commit": commit()}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
@@ -306,7 +310,7 @@ def paired_first_answers(path: Path) -> dict:
 def warm_config(env: str, args):
     from ragen.config import load_config
 
-    return load_config(overrides=[f"env.name={env}", f"model.name={args.model}", *ENVS[env]["overrides"],
+    return load_config(overrides=[f"env.name={env}", f"model.name={args.model}", *PINNED, *ENVS[env]["overrides"],
                                   *args.override])
 
 
