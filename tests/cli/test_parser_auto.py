@@ -34,3 +34,18 @@ def test_a_folder_without_a_good_record_falls_back_to_the_model_default(tmp_path
     assert resolved_parser("auto", (), str(tmp_path)) == ("think-answer", ())
     assert resolved_parser("auto", (), "small") == ("answer", ())
     assert resolved_parser("auto", ()) == ("think-answer", ())  # `ragen play` has no model
+
+
+def test_a_run_from_a_ragen_trained_folder_reads_its_parser_and_prompt(tmp_path):
+    """`ragen run --model FOLDER` plays the folder's model the way it was trained (parser, options, prompt frame);
+    explicit settings win, and a record from before prompt styles means the full frame."""
+    save_parser(tmp_path, "think-answer", {"enable_think": False}, prompt="compact")
+    r = load_config(overrides=[f"model.name={tmp_path}"]).rollout
+    assert (r.parser, r.parser_options, r.prompt) == ("think-answer", {"enable_think": False}, "compact")
+    r = load_config(overrides=[f"model.name={tmp_path}", "rollout.parser=answer", "rollout.prompt=full"]).rollout
+    assert (r.parser, r.parser_options, r.prompt) == ("answer", {}, "full")
+    (tmp_path / "ragen-parser.json").write_text(json.dumps({"parser": "answer", "parser_options": {}}))
+    assert load_config(overrides=[f"model.name={tmp_path}"]).rollout.prompt == "full"
+    (tmp_path / "ragen-parser.json").write_text("not json")
+    r = load_config(overrides=[f"model.name={tmp_path}"]).rollout
+    assert (r.parser, r.prompt) == ("think-answer", "full")  # a path's defaults
