@@ -211,8 +211,9 @@ class CollapseSection:
 
     enabled: bool = option(True, "Compute the collapse metrics (needs <think> reasoning and context_mode=full).")
     compute_freq: int = option(10, "Compute at step 1 and every N steps, on the batch before filtering (RAGEN: 5, in "
-                                   "configs/ragen.yaml; 10 runs the default 10-step CPU run's at its first and last step "
-                                   "only, about 5.5% of its RL CPU time: docs/performance.md).", range=AT_LEAST_1)
+                                   "configs/ragen.yaml; 10: 7 times in the default 60-step run, twice in a 10-step one, "
+                                   "where they took about 5.5% of the RL CPU time: docs/performance.md; the default "
+                                   "`small` run answers without <think> and computes none).", range=AT_LEAST_1)
     num_samples: int = option(16, "(x, z) pairs drawn per scheme; the trajectory scheme scores num_samples² rows (RAGEN: "
                                   "64, in configs/ragen.yaml; 16 keeps a CPU step from being dominated by 4,096 scored rows).", range=Range(2))
     micro_batch_size: int = option(128, "Cross-scoring rows per forward pass.", range=AT_LEAST_1)
