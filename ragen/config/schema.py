@@ -95,7 +95,8 @@ class RolloutSection:
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated (RAGEN: 3600).", range=AT_LEAST_1)
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = the env's own response_length.", range=NON_NEGATIVE)
     parser: str = option("auto", "The registered action parser applied to responses (`ragen run --parser`). 'auto' = "
-                                 "the parser (and options) a ragen-trained model folder records, else 'answer' (no <think>) for the built-in `small` model: its warm start plays better "
+                                 "the parser (and options) a ragen-trained model folder records, else 'answer' (no "
+                                 "<think>) for the built-in `small` model: its warm start plays better "
                                  "greedy (frozenlake 14-38% vs 11%, sokoban 20% vs 5%) at a fraction of the tokens, and is "
                                  "the only format measured to read the board at all (docs/models.md); 'think-answer' for "
                                  "every other model (`tiny` exercises the full format in tests; real models reason).")
@@ -272,7 +273,8 @@ class RunConfig:
         record = model_record(name) if "auto" in (r.parser, r.prompt) else {}
         if r.parser == "auto":
             if isinstance(record.get("parser"), str):
-                r = attrs.evolve(r, parser=record["parser"], parser_options=r.parser_options or dict(record.get("parser_options") or {}))
+                options = r.parser_options or dict(record.get("parser_options") or {})
+                r = attrs.evolve(r, parser=record["parser"], parser_options=options)
             else:
                 r = attrs.evolve(r, parser=default_parser(name))
         if r.prompt == "auto":

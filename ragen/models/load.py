@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from ragen.config.schema import MODEL_RECORD
+from ragen.config.schema import MODEL_RECORD, PROMPTS
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
 
@@ -102,7 +102,7 @@ def trained_prompt(model: str) -> str | None:
         prompt = json.loads(path.read_text()).get("prompt", "full")
     except (OSError, ValueError, TypeError, AttributeError):
         return None
-    return prompt if prompt in ("full", "compact") else None
+    return prompt if prompt in PROMPTS else None
 
 
 def looks_like_path(name: str) -> bool:
