@@ -8,7 +8,6 @@ costs about half the tokens of every warm-start and RL update (docs/models.md, "
 
 from __future__ import annotations
 
-from ragen.config.schema import PROMPTS as PROMPT_STYLES
 from ragen.contract.env import Env
 
 WARNING = "No valid action provided previously. Environment state remains the same. Please try again.\n"

@@ -23,10 +23,11 @@ import attrs
 from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.errors import ConfigError
 from ragen.config.fields import option
+from ragen.config.schema import PROMPTS
 from ragen.contract.parsing import Parsed
 from ragen.log import log
 from ragen.plugins.components import make_component, parser_thinks
-from ragen.envs.prompt import PROMPT_STYLES, reward_text, system_prompt, turn_text
+from ragen.envs.prompt import reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, default_factory
@@ -145,7 +146,7 @@ class RolloutSettings:
     max_model_len: int = option(3600, "Context cap in tokens; an episode that would exceed it ends truncated.")
     compat: str | None = option(None, "'ragen' prints RAGEN's system-prompt action count and raw reward sums.")
     prompt: str = option("full", "The prompt frame's style (ragen/envs/prompt.py): 'full' (RAGEN's) or 'compact'.",
-                         validator=attrs.validators.in_(PROMPT_STYLES))
+                         validator=attrs.validators.in_(PROMPTS))
     format_penalty: float = option(FORMAT_PENALTY, "Added to the score once per turn with a format violation.")
     response_length: int = option(0, "Generation cap per turn in tokens; 0 = each env's own response_length.")
     max_context_window: int = option(0, "Past turns each prompt holds (0 = all; ``ChatContext``).")
