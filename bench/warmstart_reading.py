@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from ragen.config.schema import PROMPTS
 from ragen.models import builtin
 from ragen.models.load import load_model_and_tokenizer, save_parser
 from ragen.plugins.components import make_component, parser_thinks
@@ -62,7 +63,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0, help="init and shuffle seed")
-    ap.add_argument("--prompt", default="full", choices=("full", "compact"), help="rollout.prompt of demos and play")
+    ap.add_argument("--prompt", default="full", choices=PROMPTS, help="rollout.prompt of demos and play")
     ap.add_argument("--window", type=int, default=0, help="rollout.max_context_window of demos and play (0 = all)")
     ap.add_argument("--levels", type=int, default=128)
     ap.add_argument("--batch", type=int, default=4, help="SFT batch (the warm start's default: 4)")

@@ -151,7 +151,7 @@ def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
 def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, prompt, parser_name, parser_options) -> None:
     """Evaluate a model on the fixed validation seeds of one env or several."""
     from ragen.config.schema import default_prompt
-    from ragen.models.load import check_model_name, trained_prompt
+    from ragen.models.load import check_model_name
     from ragen.plugins.loader import get_registry
 
     check_model_name(model_name)
@@ -172,7 +172,7 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, promp
     out = out or fresh_dir(Path("runs") / f"eval-{label}-{datetime.now():%Y%m%d-%H%M%S}")
     metrics = evaluate(names[0] if len(names) == 1 else names, model_name, k=k, n_groups=n_groups, temperature=temperature,
                        out=out, options=shared, env_options=per_env, parser=parser_name, parser_options=parser_opts,
-                       prompt=(trained_prompt(model_name) or default_prompt(model_name)) if prompt == "auto" else prompt)
+                       prompt=default_prompt(model_name) if prompt == "auto" else prompt)
     click.echo(json.dumps(metrics, indent=2))
     if len(names) > 1:
         rows = [[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()] + [["overall", *_eval_row(metrics["overall"], k)]]

@@ -278,8 +278,7 @@ class RunConfig:
             else:
                 r = attrs.evolve(r, parser=default_parser(name))
         if r.prompt == "auto":
-            recorded = record.get("prompt", "full") if record else None  # a record from before styles: the full frame
-            r = attrs.evolve(r, prompt=recorded if recorded in PROMPTS else default_prompt(name))
+            r = attrs.evolve(r, prompt=default_prompt(name, record))
         object.__setattr__(self, "rollout", r)
 
 
@@ -316,7 +315,16 @@ def model_record(model_name: str) -> dict:
 COMPACT_PROMPT_MODELS = ("small",)
 
 
-def default_prompt(model_name: str) -> str:
-    """What ``rollout.prompt='auto'`` means for ``model_name``: compact for the built-in models in
-    COMPACT_PROMPT_MODELS, else full (``ragen eval`` also reads the style a ragen-trained folder records)."""
-    return "compact" if model_name in COMPACT_PROMPT_MODELS else "full"
+def recorded_prompt(record: dict) -> str | None:
+    """The prompt style a model record (``model_record``) holds: a record from before styles existed means the full
+    frame; None without a record or with an unknown style."""
+    style = record.get("prompt", "full") if record else None
+    return style if style in PROMPTS else None
+
+
+def default_prompt(model_name: str, record: dict | None = None) -> str:
+    """What ``rollout.prompt='auto'`` (and ``ragen eval --prompt auto``) means for ``model_name``: the style its
+    folder records (``record``, read when not given), else compact for the built-in models in COMPACT_PROMPT_MODELS,
+    else full."""
+    style = recorded_prompt(model_record(model_name) if record is None else record)
+    return style or ("compact" if model_name in COMPACT_PROMPT_MODELS else "full")

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from ragen.config.schema import MODEL_RECORD, PROMPTS
+from ragen.config.schema import MODEL_RECORD, model_record, recorded_prompt
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
 
@@ -80,29 +80,17 @@ def save_parser(folder: str | os.PathLike, name: str, options: dict | None = Non
 def trained_parser(model: str) -> tuple[str, dict] | None:
     """The ``(parser, options)`` recorded in a local model folder by ``save_parser``, else None (a model from
     elsewhere). A malformed record is ignored: it is a hint, and ``--parser`` overrides it."""
-    import json
-
-    path = Path(model).expanduser() / PARSER_FILE
+    record = model_record(model)
     try:
-        data = json.loads(path.read_text())
-        return str(data["parser"]), dict(data.get("parser_options") or {})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return str(record["parser"]), dict(record.get("parser_options") or {})
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
 def trained_prompt(model: str) -> str | None:
     """The prompt style (``rollout.prompt``) recorded in a local model folder by ``save_parser``, else None (a model
-    from elsewhere, or a folder saved before styles existed: those were trained on the full frame)."""
-    import json
-
-    try:
-        path = Path(model).expanduser() / PARSER_FILE
-        if not path.is_file():
-            return None
-        prompt = json.loads(path.read_text()).get("prompt", "full")
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
-    return prompt if prompt in PROMPTS else None
+    from elsewhere; a folder saved before styles existed was trained on the full frame)."""
+    return recorded_prompt(model_record(model))
 
 
 def looks_like_path(name: str) -> bool:
