@@ -153,8 +153,8 @@ def main() -> None:
             print(f"{label if name == 'hf' else '':<28}{name:<7}{secs:>11.3f}{x['new_tokens']:>12}{x['tokens_per_s']:>10.0f}{ratio:>11}")
     print(f"vLLM start-up {startup:.1f} s; weight sync {sync['timing/weight_load_s']:.3f} s + check "
           f"{sync['timing/weight_sync_check_s']:.3f} s (probe max |diff| {sync['rollout/sync_probe_max_abs_diff']:.2g})")
-    import vllm
     import transformers
+    import vllm
 
     out = {"benchmark": "engines", "date": date.today().isoformat(), "model": args.model, "env": args.env,
            "machine": f"{platform.machine()} cpus={os.cpu_count()}", "load_average_1m": os.getloadavg()[0],

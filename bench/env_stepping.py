@@ -17,7 +17,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,11 +24,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch  # noqa: E402
-
-from ragen.models.load import load_model_and_tokenizer  # noqa: E402
-from ragen.models.builtin import build_tiny_model
-from ragen.rollout import EnvGroups, GroupSpec  # noqa: E402
 from test_stepping import _play, _view  # noqa: E402  (the test's engine and comparison)
+
+from ragen.models.builtin import build_tiny_model
+from ragen.models.load import load_model_and_tokenizer  # noqa: E402
+from ragen.rollout import EnvGroups, GroupSpec  # noqa: E402
 
 OPTIONS = {"deepcoder": {}, "webshop": {"num_products": 200}}
 

@@ -20,8 +20,8 @@ from datetime import date
 from pathlib import Path
 
 from ragen.config import load_config
-from ragen.runs.sft import run_sft
 from ragen.runs.loop import train
+from ragen.runs.sft import run_sft
 
 ALGOS = ("grpo", "starpo-s", "ppo")
 ENV = "frozenlake-slippery"

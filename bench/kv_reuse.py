@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ragen.models.load import load_model_and_tokenizer
-from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
+from ragen.rollout import ChatFormat, EnvGroups, HFEngine, RolloutSettings, SamplingParams, run_rollout
 
 
 class TimedEngine:

@@ -176,8 +176,9 @@ def speed(args) -> dict:
 
 
 def distribution(args) -> list[dict]:
-    import ragen
     from ragen_sokoban.solver import solve, solve_moves
+
+    import ragen
 
     out = []
     print(f"\nLevel distribution, seeds {SEED0}..{SEED0 + args.dist_n - 1} (optimal moves by move-BFS)")

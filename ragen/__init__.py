@@ -8,15 +8,23 @@ from ragen.models import openmp as _openmp
 
 _openmp.apply()  # before anything loads torch: OpenMP's wait policy is read once, then (ragen/models/openmp.py)
 
-from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput, ShapeOutput
-from ragen.plugins.components import env_config_fields, list_components, list_envs, make_component, make_env
+from ragen.contract.algorithm import (
+    AdvantageInput,
+    AdvantageOutput,
+    AlgorithmPreset,
+    FilterInput,
+    FilterResult,
+    ShapeInput,
+    ShapeOutput,
+)
 from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option
-from ragen.errors import ConfigError, EnvError, PluginError, RagenError, RegistrationError, UnknownNameError
-from ragen.contract.parsing import Parsed, parse_response
 from ragen.contract.hookspecs import hookimpl
-from ragen.plugins.loader import broken_plugins, loaded_plugins
+from ragen.contract.parsing import Parsed, parse_response
 from ragen.contract.trajectory import Trajectory, TurnRecord
 from ragen.contract.variants import register_variants
+from ragen.errors import ConfigError, EnvError, PluginError, RagenError, RegistrationError, UnknownNameError
+from ragen.plugins.components import env_config_fields, list_components, list_envs, make_component, make_env
+from ragen.plugins.loader import broken_plugins, loaded_plugins
 
 __version__ = "0.1.0"
 

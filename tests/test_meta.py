@@ -5,11 +5,10 @@ import re
 
 import attrs
 import pytest
-
-from ragen.contract import hookspecs
-from ragen.config import RunConfig
-
 from conftest import ROOT
+
+from ragen.config import RunConfig
+from ragen.contract import hookspecs
 
 HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("register_"))
 

@@ -17,12 +17,12 @@ pytest.importorskip("openenv.core.env_server",
                     reason="the openenv package is not installed (pip install 'ragen[openenv]'; bash .ci/openenv-venv.sh)")
 
 import requests  # noqa: E402
-from ragen.testing import ragen_cmd, run_two_steps  # noqa: E402
 from openenv import GenericEnvClient  # noqa: E402
 from openenv_helpers import served_ragen, served_scaffold  # noqa: E402
 
 import ragen  # noqa: E402
 from ragen.envs.hosted import jsonable  # noqa: E402
+from ragen.testing import ragen_cmd, run_two_steps  # noqa: E402
 
 pytestmark = pytest.mark.openenv
 OPENENV_CLI = str(Path(sys.executable).parent / "openenv")

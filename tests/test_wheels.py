@@ -16,7 +16,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, TINY
 
 pytestmark = pytest.mark.slow

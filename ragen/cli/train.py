@@ -13,13 +13,13 @@ import click
 from ragen.cli.group import cli
 from ragen.cli.options import (
     checked_parser,
-    resolved_parser,
     config_option,
     env_option,
     fresh_dir,
     key_values,
     model_option,
     parser_options,
+    resolved_parser,
 )
 from ragen.cli.tables import table
 
@@ -105,10 +105,10 @@ def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, 
     cfg = None if resume is not None else run_config(config_path, overrides, env_name=env_name, algo_name=algo_name,
                                                        model_name=model_name, filter_name=filter_name,
                                                        parser_name=parser_name)
-    from ragen.train.interrupt import GracefulInterrupt
     from ragen.runs.loop import (
         train,  # torch: after the config is checked, so bad input fails in a second
     )
+    from ragen.train.interrupt import GracefulInterrupt
 
     with GracefulInterrupt("the current training step"):  # a first Ctrl-C: finish the step, checkpoint, exit
         run_dir = train(cfg, resume=resume, warmstart=warmstart)

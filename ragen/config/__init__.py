@@ -7,8 +7,18 @@ The names below are the package's face; modules import them from here or from th
 from ragen.config.fields import Range, option
 from ragen.config.load import apply_overrides, config_markdown, describe, load_config, read_file, to_dict
 from ragen.config.schema import (
-    SCHEMES, AlgoSection, CollapseSection, EarlyStopSection, EnvEntry, EnvSection, LoggingSection, ModelConfig,
-    RolloutSection, RunConfig, TrainerSection, WarmstartSection,
+    SCHEMES,
+    AlgoSection,
+    CollapseSection,
+    EarlyStopSection,
+    EnvEntry,
+    EnvSection,
+    LoggingSection,
+    ModelConfig,
+    RolloutSection,
+    RunConfig,
+    TrainerSection,
+    WarmstartSection,
 )
 from ragen.config.structure import converter, structure
 

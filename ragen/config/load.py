@@ -14,6 +14,7 @@ from ragen.config.schema import RunConfig
 from ragen.config.structure import converter, structure
 from ragen.errors import ConfigError
 
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one silently)."""
 

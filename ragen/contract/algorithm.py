@@ -9,7 +9,6 @@ import attrs
 
 from ragen.config.fields import AT_LEAST_1, NON_NEGATIVE, POSITIVE, Range, option
 
-
 PLACEMENTS = ("trajectory", "turn")
 KL_TYPES = ("k1", "k2", "k3", "abs")
 RATIO_LEVELS = ("token", "sequence")

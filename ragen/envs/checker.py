@@ -10,10 +10,10 @@ from collections.abc import Callable
 import attrs
 from gymnasium.utils import env_checker as gym_checker
 
-from ragen.plugins.components import component_config, make_env
 from ragen.contract.env import INFO_BOOLS, Env
 from ragen.contract.trajectory import ACTIONS_JUDGED, ACTIONS_OPTIMAL, POTENTIAL_END
 from ragen.envs.episode import Episode
+from ragen.plugins.components import component_config, make_env
 from ragen.plugins.loader import get_registry
 
 

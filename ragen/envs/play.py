@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ragen.plugins.components import make_component, make_env
 from ragen.envs.episode import Episode
 from ragen.envs.prompt import format_reward, system_prompt, turn_text
+from ragen.plugins.components import make_component, make_env
 
 
 def _read(prompt: str, stdin) -> str | None:

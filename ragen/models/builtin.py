@@ -11,7 +11,6 @@ import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
 from ragen.log import log

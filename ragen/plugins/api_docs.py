@@ -7,13 +7,20 @@ current and that every field and method listed has a docstring).
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
-
 from collections.abc import Callable
+from pathlib import Path
 
 import attrs
 
-from ragen.contract.algorithm import AdvantageInput, AdvantageOutput, AlgorithmPreset, FilterInput, FilterResult, ShapeInput, ShapeOutput
+from ragen.contract.algorithm import (
+    AdvantageInput,
+    AdvantageOutput,
+    AlgorithmPreset,
+    FilterInput,
+    FilterResult,
+    ShapeInput,
+    ShapeOutput,
+)
 from ragen.contract.env import EnvConfig, Expert
 from ragen.contract.parsing import Parsed
 from ragen.contract.trajectory import Trajectory, TurnRecord

@@ -8,12 +8,12 @@
   pools and the settings from a ``RunConfig``)
 """
 
+from ragen.contract.trajectory import Trajectory, TurnRecord
 from ragen.rollout.context import ChatContext, ChatFormat, turn_end
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, train_seed, val_seed
 from ragen.rollout.hf import HFEngine
 from ragen.rollout.runner import Rollout, RolloutResult, RolloutSettings, rollout_metrics, run_rollout
-from ragen.contract.trajectory import Trajectory, TurnRecord
 
 __all__ = [
     "ChatContext",

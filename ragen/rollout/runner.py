@@ -20,21 +20,26 @@ from typing import Any
 
 import attrs
 
-from ragen.envs.episode import FORMAT_PENALTY, Episode
-from ragen.errors import ConfigError
 from ragen.config.fields import option
 from ragen.config.schema import PROMPTS
 from ragen.contract.parsing import Parsed
+from ragen.contract.trajectory import (
+    ACTIONS_CHANCE,
+    ACTIONS_JUDGED,
+    ACTIONS_OPTIMAL,
+    DIAGNOSTIC_KEYS,
+    Trajectory,
+    TurnRecord,
+)
+from ragen.envs.episode import FORMAT_PENALTY, Episode
+from ragen.envs.prompt import reward_text, system_prompt, turn_text
+from ragen.errors import ConfigError
 from ragen.log import log
 from ragen.plugins.components import make_component, parser_thinks
-from ragen.envs.prompt import reward_text, system_prompt, turn_text
 from ragen.rollout.context import ChatContext, ChatFormat
 from ragen.rollout.engine import Generation, RolloutEngine, SamplingParams
 from ragen.rollout.groups import EnvGroups, EnvSlot, GroupSpec, default_factory
 from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks, run_job
-from ragen.contract.trajectory import (ACTIONS_CHANCE, ACTIONS_JUDGED, ACTIONS_OPTIMAL, DIAGNOSTIC_KEYS, Trajectory,
-                                      TurnRecord)
-
 
 TRUNCATION_KEYS = ("max_turns", "budget", "context_overflow", "env")
 

@@ -7,12 +7,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from ragen.plugins.components import make_component
-from ragen.models.distributed import pick_device
-from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, HFEngine, SamplingParams, RolloutSettings, run_rollout
-from ragen.plugins.components import parser_thinks
-from ragen.rollout.runner import rollout_metrics
 from ragen.log import progress as progress_bar
+from ragen.models.distributed import pick_device
+from ragen.plugins.components import make_component, parser_thinks
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, HFEngine, RolloutSettings, SamplingParams, run_rollout
+from ragen.rollout.runner import rollout_metrics
 
 
 def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups: int = 64, temperature: float = 0.5,

@@ -17,8 +17,8 @@ from typing import Callable
 
 import structlog
 
-from ragen.runs import plot
 from ragen.errors import RagenError
+from ragen.runs import plot
 
 log = structlog.get_logger("ragen")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ragen.train import interrupt
 from ragen.config import RunConfig
 from ragen.errors import Interrupted
 from ragen.log import configure_logging
+from ragen.train import interrupt
 from ragen.warmstart.sft import warm_start_model
 
 

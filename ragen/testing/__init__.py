@@ -15,7 +15,13 @@ does not import pytest or torch: they load when a helper that needs them runs.
 
 from ragen.envs.checker import Check, check_env
 from ragen.testing.checks import (
-    KINDS, assert_checks_pass, check_component, check_estimator, check_filter, check_parser, check_shaper,
+    KINDS,
+    assert_checks_pass,
+    check_component,
+    check_estimator,
+    check_filter,
+    check_parser,
+    check_shaper,
 )
 from ragen.testing.contracts import NO_SPEC_WARNING, component_contract_tests, env_contract_tests
 from ragen.testing.runs import TINY, ragen_cmd, run_two_steps

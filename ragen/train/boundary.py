@@ -12,7 +12,12 @@ from typing import Any
 import torch
 
 from ragen.contract.algorithm import (
-    AdvantageInput, AdvantageOutput, FilterInput, FilterResult, ShapeInput, ShapeOutput,
+    AdvantageInput,
+    AdvantageOutput,
+    FilterInput,
+    FilterResult,
+    ShapeInput,
+    ShapeOutput,
 )
 from ragen.errors import PluginError
 

@@ -25,11 +25,11 @@ import attrs
 import numpy as np
 import torch
 
+from ragen.config import SCHEMES, CollapseSection  # noqa: E402,F401  (the config lives with the other sections)
+from ragen.contract.trajectory import Trajectory
 from ragen.train.losses import token_logprobs
 from ragen.train.shared_prefix import prefix_cache, remainder_hidden, shareable
-from ragen.contract.trajectory import Trajectory
 
-from ragen.config import SCHEMES, CollapseSection  # noqa: E402,F401  (the config lives with the other sections)
 THINK_END = "</think>"
 STD_EPS = 1e-3  #: added to the marginal std in the z-scores (RAGEN)
 EMA_DECAY = 0.9  #: s̄ ← 0.9 s̄ + 0.1 · marginal_std (RAGEN)

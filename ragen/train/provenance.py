@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ragen.plugins.components import component_config, preset_with
 from ragen.config import RunConfig, converter, to_dict
+from ragen.plugins.components import component_config, preset_with
 from ragen.plugins.loader import get_registry
 
 #: libraries whose versions change what a run computes

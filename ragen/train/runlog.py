@@ -7,17 +7,16 @@ A run folder is data (docs/security.md): every file is written in the folder its
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
-import math
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ragen.log import log
-
 
 #: config keys whose values are secrets: written as REDACTED (a remote env takes its token from $RAGEN_ENV_TOKEN)
 SECRET_KEY = re.compile(r"(^|_)(token|password|passwd|secret|api_?key|credentials?)$", re.I)  # not max_tokens

@@ -22,14 +22,14 @@ from ragen.config import RunConfig
 from ragen.contract.algorithm import AlgorithmPreset
 from ragen.envs.env_lists import check_plan, env_names, train_plan
 from ragen.errors import ConfigError
+from ragen.log import log
 from ragen.models import distributed as dp
 from ragen.plugins.components import component_config, make_component, parser_thinks
 from ragen.plugins.loader import get_registry
 from ragen.rollout.engines import make_rollout_engine
-from ragen.log import log
 from ragen.train import provenance
-from ragen.train.gate import make_gate
 from ragen.train.early_stop import EarlyStopper
+from ragen.train.gate import make_gate
 from ragen.train.policy import Policy
 from ragen.train.runlog import NullWriter, RunWriter
 from ragen.train.update import Updater

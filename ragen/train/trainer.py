@@ -15,11 +15,10 @@ import attrs
 import numpy as np
 
 from ragen.config import RunConfig
-from ragen.train import boundary
 from ragen.errors import RagenError
 from ragen.log import log, progress
 from ragen.models import distributed as dp
-from ragen.train import checkpoint, setup
+from ragen.train import boundary, checkpoint, setup
 from ragen.train.batch import Batch, collate
 from ragen.train.ranks import gather, own_rows, replica_diff
 from ragen.train.stats import StepTimer, finite_scores, reward_metrics

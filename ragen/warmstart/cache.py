@@ -47,8 +47,8 @@ def cache_root() -> Path:
 
 def key_inputs(cfg: RunConfig) -> dict:
     """Everything the warm-started weights depend on (and nothing else: not the algorithm, not the RL settings)."""
-    from ragen.train.provenance import resolved_options
     from ragen.plugins.loader import get_registry
+    from ragen.train.provenance import resolved_options
 
     item = get_registry("env").get(cfg.env.name)
     warm = {k: v for k, v in to_dict(cfg.warmstart).items() if k not in ("mode", "cache")}

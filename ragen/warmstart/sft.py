@@ -12,13 +12,13 @@ from pathlib import Path
 
 import torch
 
-from ragen.train.batch import collate, micro_batches, mini_batches
-from ragen.train.losses import AggNorm, aggregate, token_logprobs
+from ragen.log import log
+from ragen.log import progress as progress_bar
 from ragen.rollout import EnvGroups, GroupSpec, RolloutSettings, run_rollout
 from ragen.rollout.engine import SamplingParams
 from ragen.rollout.expert import ExpertEngine
-from ragen.log import log
-from ragen.log import progress as progress_bar
+from ragen.train.batch import collate, micro_batches, mini_batches
+from ragen.train.losses import AggNorm, aggregate, token_logprobs
 
 DEMO_SEED_BASE = 900_000  # disjoint from train (10000 + ...) and validation (123 + g) seeds
 
@@ -137,8 +137,8 @@ def _run_demos(cfg, tokenizer, fmt):
     """Expert demos of every training env: ``warmstart.episodes`` shared in proportion to the envs' groups per step
     (largest remainder; an env whose share is 0 gets none), each env with its own parser's prompt frame."""
     from ragen.envs.env_lists import apportion, train_plan
-    from ragen.rollout import ChatFormat, RolloutResult, rollout_metrics
     from ragen.plugins.components import parser_thinks
+    from ragen.rollout import ChatFormat, RolloutResult, rollout_metrics
 
     w, plan = cfg.warmstart, train_plan(cfg)
     results = []
@@ -173,11 +173,11 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
     folder with its tokenizer; returns the ``sft/*`` metrics. ``model_name`` replaces ``cfg.model.name`` (a folder the
     caller already built). ``stop``: see ``sft`` (the model so far is saved all the same).
     """
-    from ragen.models.distributed import pick_device, set_threads
     from ragen.envs.env_lists import env_names
+    from ragen.models.distributed import pick_device, set_threads
     from ragen.models.load import load_model_and_tokenizer, save_parser
-    from ragen.rollout import ChatFormat
     from ragen.plugins.components import parser_thinks
+    from ragen.rollout import ChatFormat
 
     out, w = Path(out), cfg.warmstart
     device = pick_device(cfg.trainer.device)

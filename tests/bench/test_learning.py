@@ -5,7 +5,6 @@ import importlib.util
 import math
 
 import pytest
-
 from conftest import ROOT
 
 

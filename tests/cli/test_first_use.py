@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ragen_cmd
 
 

@@ -11,7 +11,6 @@ import attrs
 import pytest
 import yaml
 from click.testing import CliRunner
-
 from conftest import ROOT, TINY
 from plugins.test_entry_points import pip_install_target
 

@@ -8,10 +8,10 @@ import typing
 
 import attrs
 import pytest
-
 from conftest import ragen_cmd
-from ragen.contract.algorithm import AlgorithmPreset
+
 from ragen.config import RunConfig, load_config, structure
+from ragen.contract.algorithm import AlgorithmPreset
 from ragen.errors import ConfigError
 
 

@@ -3,8 +3,9 @@
 import random
 import sys
 
-from ragen.testing import check_env
 from ragen_frozenlake.env import FrozenLakeEnv
+
+from ragen.testing import check_env
 
 
 def _determinism(**options):

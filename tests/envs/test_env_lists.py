@@ -8,12 +8,11 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
-import attrs
 import pytest
+from conftest import ragen_cmd
+from rollout import test_runner as tr
 
 import ragen
-from rollout import test_runner as tr
-from conftest import ragen_cmd
 from ragen.config import load_config
 from ragen.envs.env_lists import apportion, check_plan, env_names, train_plan, val_plan
 from ragen.errors import ConfigError

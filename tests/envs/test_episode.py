@@ -5,8 +5,8 @@ import pytest
 
 import ragen
 from ragen import option
-from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.contract.parsing import parse_response
+from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.envs.prompt import format_reward, reward_text, system_prompt, turn_text
 
 

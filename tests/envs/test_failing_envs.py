@@ -6,11 +6,11 @@ import sys
 import attrs
 import pytest
 import structlog.testing
-
 from conftest import ROOT
+
 from ragen import EnvConfig, hookimpl, option
-from ragen.plugins.components import component_config, make_env
 from ragen.errors import RegistrationError
+from ragen.plugins.components import component_config, make_env
 from ragen.plugins.loader import broken_plugins, get_registry, register_plugin
 
 FIXTURE = ROOT / "tests" / "fixture_plugins" / "ragen-tinyenv"

@@ -18,7 +18,7 @@ import ragen
 from ragen.envs.checker import check_env
 from ragen.envs.server import make_server
 from ragen.errors import RemoteEnvError
-from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, RolloutSettings, run_rollout
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout
 
 ENV = "frozenlake"
 
@@ -270,8 +270,8 @@ class KillingEngine:
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory):
-    from ragen.models.load import load_model_and_tokenizer
     from ragen.models.builtin import build_tiny_model
+    from ragen.models.load import load_model_and_tokenizer
 
     path = build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", [ENV], corpus_seeds=2)
     return load_model_and_tokenizer(path, "unused")[1]

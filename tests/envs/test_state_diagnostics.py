@@ -294,8 +294,9 @@ def test_report_draws_the_state_dependence_of_evals_and_runs(tok, tmp_path):
 
 def test_check_env_catches_a_judge_or_a_potential_that_lies(monkeypatch):
     """ragen check-env: the expert's own actions must be judged optimal, Phi must be 0 exactly on solved states."""
-    from ragen.testing import check_env
     from ragen_frozenlake.env import FrozenLakeEnv, ShortestPathExpert
+
+    from ragen.testing import check_env
 
     [ok] = [c for c in check_env("frozenlake", expert_episodes=5) if c.name == "expert"]
     assert ok.ok and "judged actions all optimal" in ok.detail and "potential checked" in ok.detail

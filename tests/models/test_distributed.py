@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import TINY, ragen_cmd
 
 INTERRUPT = Path(__file__).parents[1] / "interrupt"  #: a sitecustomize that stops every rank at a chosen step
@@ -36,8 +35,8 @@ def test_two_ranks_train_two_steps_with_identical_replicas(tmp_path):
 
 
 def test_user_deepspeed_json_is_merged_without_the_trainers_keys(tmp_path):
-    from ragen.models.distributed import _merge, user_deepspeed_config
     from ragen.errors import ConfigError
+    from ragen.models.distributed import _merge, user_deepspeed_config
 
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 64, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}}))

@@ -3,10 +3,10 @@ matches the merged export; the reference policy is the base model with adapters 
 
 import pytest
 import torch
+from conftest import TINY
 
 from ragen.config import load_config
 from ragen.train.trainer import Trainer
-from conftest import TINY
 
 peft = pytest.importorskip("peft", reason="LoRA needs peft (pip install 'ragen[lora]')")
 

@@ -16,7 +16,7 @@ def test_smollm2_rollout_is_token_exact(tmp_path):
     from rollout.test_runner import Recording, assert_token_exact
 
     from ragen.models.load import load_model_and_tokenizer
-    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
+    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, RolloutSettings, SamplingParams, run_rollout
 
     model, tok = load_model_and_tokenizer("smollm2", tmp_path, ["frozenlake"])
     assert model.num_parameters() > 100e6

@@ -8,7 +8,6 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, ragen_cmd
 
 FIXTURES = ROOT / "tests" / "fixture_plugins"

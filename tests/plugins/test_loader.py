@@ -8,7 +8,14 @@ import pytest
 import ragen
 from ragen import hookimpl
 from ragen.errors import RegistrationError, UnknownNameError
-from ragen.plugins.loader import PluginWarning, broken_plugins, clashes, get_registry, register_plugin, unregister_plugin
+from ragen.plugins.loader import (
+    PluginWarning,
+    broken_plugins,
+    clashes,
+    get_registry,
+    register_plugin,
+    unregister_plugin,
+)
 from ragen.plugins.registry import Registry
 
 

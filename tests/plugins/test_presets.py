@@ -4,11 +4,11 @@ import math
 
 import pytest
 import torch
+from conftest import TINY
 
 import ragen
 from ragen.config import load_config
 from ragen.train.trainer import Trainer
-from conftest import TINY
 
 PRESETS = ["ppo", "grpo", "dr-grpo", "rloo", "reinforce++", "reinforce++-baseline", "starpo", "starpo-s", "dapo",
            "dapo-ragen", "gspo"]

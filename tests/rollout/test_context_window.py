@@ -3,12 +3,12 @@ packs each windowed prompt with its response, and training sees exactly what the
 
 import pytest
 import torch
-
 from rollout import test_runner as tr
-from ragen.train.batch import collate, model_attention
+
 from ragen.envs.prompt import system_prompt
-from ragen.rollout import EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
+from ragen.rollout import EnvGroups, HFEngine, RolloutSettings, SamplingParams, run_rollout
 from ragen.rollout.context import SEGMENT_MASK
+from ragen.train.batch import collate, model_attention
 
 tiny, fmt = tr.tiny, tr.fmt  # module fixtures: the tiny model built on the toy envs
 

@@ -10,8 +10,7 @@ from ragen.models.builtin import build_tiny_model
 from ragen.models.load import load_model_and_tokenizer
 from ragen.plugins.components import make_component
 from ragen.plugins.loader import register_plugin, unregister_plugin
-from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout
-from ragen.rollout import runner
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout, runner
 from ragen.rollout.expert import ExpertEngine
 
 

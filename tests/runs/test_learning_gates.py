@@ -11,7 +11,6 @@ import os
 import subprocess
 
 import pytest
-
 from conftest import ragen_cmd
 
 #: GRPO on one pinned FrozenLake level: 94-100% within 12-14 steps measured (small and tiny); the gate allows 20

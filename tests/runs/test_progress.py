@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from tqdm import tqdm
-
 from conftest import ragen_cmd
+from tqdm import tqdm
 
 
 def test_a_log_line_never_lands_inside_a_progress_bar(capsys):

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from conftest import ragen_cmd, run_two_steps
 
-from ragen.runs import report
 from ragen.contract.trajectory import Trajectory, TurnRecord
+from ragen.runs import report
 
 # ---- synthetic run folders in the real formats (fast) -----------------------------------------------------------
 

@@ -10,18 +10,24 @@ import time
 
 import pytest
 import torch
+from conftest import ROOT
 
 import ragen
 from ragen import AdvantageOutput, FilterResult, Parsed, hookimpl
 from ragen.plugins.loader import register_plugin, unregister_plugin
 from ragen.testing import (
-    KINDS, assert_checks_pass, check_component, check_env, check_estimator, check_filter, check_parser, check_shaper,
+    KINDS,
+    assert_checks_pass,
+    check_component,
+    check_env,
+    check_estimator,
+    check_filter,
+    check_parser,
+    check_shaper,
     component_contract_tests,
 )
 from ragen.testing import checks as checks_module
 from ragen.testing.batches import SCENARIOS, advantage_input, sample_trajectories, scenarios
-
-from conftest import ROOT
 
 
 # ---- broken components: each violates one property --------------------------------------------------------------

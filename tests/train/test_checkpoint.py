@@ -1,6 +1,5 @@
 """`ragen run --resume` on a copied run folder never executes code (issue 26): checkpoints load weights only."""
 
-import pickle
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,12 @@ import types
 import numpy as np
 import pytest
 import torch
+from conftest import TINY
 
+from ragen.errors import ConfigError
+from ragen.models.builtin import build_tiny_model
+from ragen.models.load import load_model_and_tokenizer
+from ragen.rollout import ChatFormat, EnvGroups, RolloutSettings, SamplingParams, Trajectory, TurnRecord, run_rollout
 from ragen.train.collapse import (
     REGIMES,
     CollapseDiagnostics,
@@ -23,11 +28,6 @@ from ragen.train.collapse import (
     sample_trajectory,
     scheme_metrics,
 )
-from ragen.errors import ConfigError
-from ragen.models.load import load_model_and_tokenizer
-from ragen.models.builtin import build_tiny_model
-from ragen.rollout import ChatFormat, EnvGroups, SamplingParams, Trajectory, TurnRecord, RolloutSettings, run_rollout
-from conftest import TINY
 
 # ---------------------------------------------------------------------------------------------------------------
 # fixtures and builders

@@ -3,10 +3,10 @@
 import json
 
 import pytest
+from conftest import TINY
 
 from ragen.config import EarlyStopSection, load_config
 from ragen.train.early_stop import EarlyStopper
-from conftest import TINY
 
 
 def test_empty_filter_rule_counts_consecutive_steps():

@@ -8,11 +8,11 @@ import sys
 import pytest
 import torch
 
-from ragen.train.batch import collate, token_micro_batches
 from ragen.config import load_config
 from ragen.errors import ConfigError
-from ragen.train.losses import AggNorm, policy_loss, sampled_logprobs, token_logprobs
 from ragen.rollout.engine import old_logprobs_reusable
+from ragen.train.batch import collate, token_micro_batches
+from ragen.train.losses import AggNorm, policy_loss, sampled_logprobs, token_logprobs
 from ragen.train.trainer import Trainer
 
 SMALL = [
@@ -62,9 +62,9 @@ def test_reused_old_logprobs_equal_the_recomputed_ones(trainer, rollout):
 
 
 def test_recomputation_where_the_rule_forbids_reuse(trainer, rollout):
+    from ragen.rollout.expert import ExpertEngine
     from ragen.rollout.hf import HFEngine
     from ragen.rollout.vllm import VLLMEngine
-    from ragen.rollout.expert import ExpertEngine
 
     assert old_logprobs_reusable(trainer.engine, ppo_epochs=2, tis_cap=0.0) == "several PPO epochs"
     assert "importance sampling" in old_logprobs_reusable(trainer.engine, ppo_epochs=1, tis_cap=2.0)
@@ -250,7 +250,7 @@ def tiny(tmp_path_factory):
 
 
 def _rollout_with(model, tok, **engine_kwargs):
-    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, SamplingParams, RolloutSettings, run_rollout
+    from ragen.rollout import ChatFormat, EnvGroups, HFEngine, RolloutSettings, SamplingParams, run_rollout
 
     engine = HFEngine(model, tok, **engine_kwargs)
     with EnvGroups("frozenlake-slippery", group_size=3, n_groups=2) as groups:

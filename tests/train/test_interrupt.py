@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY, ragen_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # minutes each on a loaded 2-core machine

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT
+
 from ragen import EnvConfig, hookimpl
 from ragen.config import load_config
 from ragen.errors import RagenError

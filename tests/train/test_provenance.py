@@ -6,10 +6,9 @@ import subprocess
 
 import pytest
 import yaml
-
 from conftest import ROOT, ragen_cmd, run_two_steps
-from ragen.errors import ConfigError
 
+from ragen.errors import ConfigError
 
 
 def _computed(row: dict) -> dict:
@@ -47,10 +46,9 @@ def test_component_options_checked_before_anything_loads():
 
 
 def test_resolved_config_loads_back_to_the_same_run():
+    from ragen.cli.train import run_config
     from ragen.config import RunConfig, structure
     from ragen.train.provenance import resolved_config
-
-    from ragen.cli.train import run_config
 
     cfg = run_config(None, ["env.name=sokoban-large", "algo.name=starpo-s", "algo.options.kl_coef=0.01"])
     data = resolved_config(cfg)

@@ -3,8 +3,6 @@ a warning, and no DeepSpeed op is compiled at run time (so no stale extension lo
 
 import json
 
-import pytest
-
 from ragen.config import load_config
 from ragen.train.runlog import RunWriter
 

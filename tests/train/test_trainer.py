@@ -4,13 +4,12 @@ import json
 
 import pytest
 import torch
+from conftest import TINY
 
 import ragen
-
 from ragen.config import load_config
 from ragen.runs.loop import train
 from ragen.train.trainer import Trainer
-from conftest import TINY
 
 SMALL = [
     *TINY,
@@ -141,8 +140,9 @@ def test_run_folder_contents(tmp_path):
 def test_default_format_penalty_is_below_every_valid_sokoban_turn():
     """A malformed turn executes nothing; if its penalty were above the cost of a valid turn's moves, RL would learn to
     break the format (it did with RAGEN's -0.1 on sokoban: docs/models.md)."""
-    import ragen
     from ragen_sokoban.env import STEP_PENALTY
+
+    import ragen
 
     env = ragen.make_env("sokoban")
     worst_valid_turn = env.config.max_actions_per_turn * STEP_PENALTY  # moves that push nothing

@@ -6,11 +6,11 @@ import subprocess
 
 import attrs
 import pytest
-
 from conftest import ragen_cmd
-from ragen.warmstart import cache as warmstart
+
 from ragen.config import load_config
 from ragen.runs.summary import format_summary, run_summary
+from ragen.warmstart import cache as warmstart
 
 #: a warm start small enough for a test: a handful of demos, one pass
 FAST = ["model.name=tiny", "warmstart.episodes=6", "warmstart.epochs=1", "warmstart.batch_size=3",

@@ -1,10 +1,9 @@
 """The warm start's prompt loss: which tokens it covers, and when it is on."""
 
-import torch
 
-from ragen.train.batch import collate
 from ragen.config import load_config
 from ragen.contract.trajectory import Trajectory
+from ragen.train.batch import collate
 from ragen.warmstart.sft import context_mask, prompt_weight
 
 

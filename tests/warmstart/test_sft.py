@@ -5,9 +5,7 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import ragen_cmd
-
 
 
 def ragen(*args, cwd):

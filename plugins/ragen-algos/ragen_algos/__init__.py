@@ -2,7 +2,6 @@
 ragen's hooks (algorithms.md §2-§7)."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_algos import estimators as est
 from ragen_algos import filters, presets, shapers
 

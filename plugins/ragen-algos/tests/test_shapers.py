@@ -116,7 +116,8 @@ def test_potential_loop_earns_nothing_at_gamma_1_and_a_bounded_bias_below():
 
 
 def test_potential_keys_are_the_cores():
-    from ragen.contract import trajectory
     from ragen_algos import shapers
+
+    from ragen.contract import trajectory
 
     assert (shapers.POTENTIAL_START, shapers.POTENTIAL_END) == (trajectory.POTENTIAL_START, trajectory.POTENTIAL_END)

@@ -1,7 +1,6 @@
 """ragen-bandit: the two-armed bandit (RAGEN Bandit / BanditTest), registered through ragen's env hook."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_bandit.env import TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv, HighRiskExpert, draw_arms
 
 __all__ = ["BanditConfig", "BanditEnv", "HighRiskExpert", "TEST_PAIRS", "TRAIN_PAIRS", "VARIANTS", "draw_arms", "register_envs"]

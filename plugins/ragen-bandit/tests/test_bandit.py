@@ -4,13 +4,13 @@ import collections
 import math
 
 import pytest
+from ragen_bandit.env import PROMPT, TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv, draw_arms
 
 import ragen
-from ragen.testing import env_contract_tests, run_two_steps
 from ragen.envs.episode import Episode
 from ragen.envs.prompt import system_prompt
 from ragen.rollout.groups import EnvGroups
-from ragen_bandit.env import PROMPT, TEST_PAIRS, TRAIN_PAIRS, BanditConfig, BanditEnv, draw_arms
+from ragen.testing import env_contract_tests, run_two_steps
 
 VARIANTS = ["bandit", "bandit-test"]
 

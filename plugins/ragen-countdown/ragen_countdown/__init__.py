@@ -1,7 +1,6 @@
 """ragen-countdown: the Countdown environment and its variants (environments.md §5), registered with ragen."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_countdown.data import SAMPLE
 from ragen_countdown.env import CountdownConfig, CountdownEnv, CountdownExpert
 

@@ -9,10 +9,6 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
-
-import ragen
-from ragen.testing import check_env, env_contract_tests, run_two_steps
-from ragen.envs.episode import Episode
 from ragen_countdown import data as datamod
 from ragen_countdown.generator import check_value, generate
 from ragen_countdown.sample import sample_text
@@ -27,6 +23,10 @@ from ragen_countdown.verify import (
     literals,
     parse,
 )
+
+import ragen
+from ragen.envs.episode import Episode
+from ragen.testing import check_env, env_contract_tests, run_two_steps
 
 VARIANTS = ["countdown", "countdown-additive", "countdown-file"]
 
@@ -310,7 +310,7 @@ def test_nothing_is_executed(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "exec", forbidden)
     attacks = [
         f"__import__('os').system('touch {marker}')",
-        f"(1).__class__.__bases__[0].__subclasses__()",
+        "(1).__class__.__bases__[0].__subclasses__()",
         f"open('{marker}', 'w').write('x')",
         f"[__import__('pathlib').Path('{marker}').touch() for _ in (1,)]",
         f"(lambda: __import__('os').system('touch {marker}'))()",

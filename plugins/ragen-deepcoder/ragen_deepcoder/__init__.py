@@ -1,7 +1,6 @@
 """ragen-deepcoder: code generation graded by tests in a bubblewrap sandbox (RAGEN DeepCoder), via ragen's env hook."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_deepcoder.env import DeepCoderConfig, DeepCoderEnv, ReferenceExpert
 from ragen_deepcoder.problems import EXAMPLE_JSONL
 from ragen_deepcoder.sandbox import SandboxUnavailable

@@ -10,8 +10,8 @@ import threading
 from typing import Any
 
 import attrs
-from ragen import ConfigError, Env, EnvConfig, Expert, TextSpace, option
 
+from ragen import ConfigError, Env, EnvConfig, Expert, TextSpace, option
 from ragen_deepcoder.code import assemble, describe_failure, extract_code, grade, sandbox_tests
 from ragen_deepcoder.problems import (
     HF_DATASET,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
 from ragen import ConfigError, EnvError
 
 TEST_TYPES = ("stdio", "functional", "assert")

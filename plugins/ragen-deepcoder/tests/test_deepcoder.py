@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from gymnasium.utils import env_checker as gym_checker
 from ragen_deepcoder import sandbox as sb
-from ragen_deepcoder.confine import cgroup_parent
 from ragen_deepcoder.code import assemble, extract_code, grade, sandbox_tests, stdout_matches, value_matches
+from ragen_deepcoder.confine import cgroup_parent
 from ragen_deepcoder.env import DeepCoderConfig, DeepCoderEnv
 from ragen_deepcoder.problems import (
     EXAMPLE_JSONL,
@@ -34,8 +34,8 @@ from ragen_deepcoder.problems import (
 )
 
 import ragen
-from ragen.testing import check_env, run_two_steps
 from ragen.envs.episode import Episode
+from ragen.testing import check_env, run_two_steps
 
 FAMILY = runpy.run_path(os.path.join(os.path.dirname(__file__), "forgery.py"))["FAMILY"]
 VARIANTS = ["deepcoder", "deepcoder-hf", "deepcoder-jsonl"]

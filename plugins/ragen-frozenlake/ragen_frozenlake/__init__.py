@@ -1,7 +1,6 @@
 """ragen-frozenlake: the FrozenLake environment (RAGEN CoordFrozenLake), registered through ragen's env hook."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv
 
 __all__ = ["FrozenLakeConfig", "FrozenLakeEnv", "VARIANTS", "register_envs"]

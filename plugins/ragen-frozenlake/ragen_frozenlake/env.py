@@ -16,8 +16,15 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
 
 from ragen import ConfigError, Env, EnvConfig, Expert, option
 from ragen_frozenlake.mapgen import GOAL, HOLE, LakeMap, generate_map
-from ragen_frozenlake.solver import (ACTIONS, goal_distances, greedy_action, greedy_actions, shortest_path,
-                                    shortest_path_actions, transition_matrix)
+from ragen_frozenlake.solver import (
+    ACTIONS,
+    goal_distances,
+    greedy_action,
+    greedy_actions,
+    shortest_path,
+    shortest_path_actions,
+    transition_matrix,
+)
 
 OBSERVATION_FORMATS = ("grid", "coord", "grid_coord")
 

@@ -4,13 +4,13 @@ import collections
 
 import numpy as np
 import pytest
+from ragen_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv, render_coord, render_grid, render_observation
+from ragen_frozenlake.mapgen import MOVES, LakeMap, connected, generate_map
+from ragen_frozenlake.solver import horizon_values
 
 import ragen
-from ragen.testing import env_contract_tests
 from ragen.envs.episode import Episode
-from ragen_frozenlake.env import FrozenLakeConfig, FrozenLakeEnv, render_coord, render_grid, render_observation
-from ragen_frozenlake.solver import horizon_values
-from ragen_frozenlake.mapgen import MOVES, LakeMap, connected, generate_map
+from ragen.testing import env_contract_tests
 
 VARIANTS = ["frozenlake", "frozenlake-slippery"]
 SPEC_EXAMPLE = """Coordinates: 

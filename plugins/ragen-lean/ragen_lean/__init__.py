@@ -1,7 +1,6 @@
 """ragen-lean: theorem proving (RAGEN's Lean env) over a prover backend, Coq by default, registered through ragen's hook."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_lean.env import LeanConfig, LeanEnv
 
 __all__ = ["LeanConfig", "LeanEnv", "VARIANTS", "register_envs"]

@@ -30,8 +30,16 @@ from functools import lru_cache
 import attrs
 
 from ragen_lean.backend import (
-    ProblemLoadError, ProofState, ProverBackend, ProverUnavailable, SessionLost, SessionProofState, SessionTimeout,
-    Status, StepResult, kill_process_group,
+    ProblemLoadError,
+    ProofState,
+    ProverBackend,
+    ProverUnavailable,
+    SessionLost,
+    SessionProofState,
+    SessionTimeout,
+    Status,
+    StepResult,
+    kill_process_group,
 )  # fmt: skip
 from ragen_lean.tactics import Checked, check_coq_action, coq_sentences, is_focus_marker
 

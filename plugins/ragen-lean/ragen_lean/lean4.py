@@ -30,8 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from ragen_lean.backend import (
-    ProblemLoadError, ProofState, ProverBackend, ProverUnavailable, SessionLost, SessionProofState, SessionTimeout,
-    StepResult, kill_process_group,
+    ProblemLoadError,
+    ProofState,
+    ProverBackend,
+    ProverUnavailable,
+    SessionLost,
+    SessionProofState,
+    SessionTimeout,
+    StepResult,
+    kill_process_group,
 )  # fmt: skip
 from ragen_lean.tactics import Checked, check_lean_tactic
 

@@ -15,10 +15,6 @@ from pathlib import Path
 
 import pytest
 from gymnasium.utils import env_checker as gym_checker
-
-import ragen
-from ragen.testing import check_env, run_two_steps
-from ragen.envs.episode import Episode
 from ragen_lean.backend import ProblemLoadError
 from ragen_lean.coq import CoqBackend, clean_goals
 from ragen_lean.curriculum import CURRICULUM
@@ -48,6 +44,10 @@ from ragen_lean.tactics import (
     coq_sentences,
     split_tactics,
 )
+
+import ragen
+from ragen.envs.episode import Episode
+from ragen.testing import check_env, run_two_steps
 
 HERE = Path(__file__).resolve().parent
 SHARED = Path(__file__).resolve().parents[4] / "shared"  # the data folder beside this repository
@@ -365,7 +365,7 @@ def test_fake_prompts_printed_by_the_model_cannot_desynchronise_coqtop():
     state = CoqBackend().open(ADD_0_R.header, ADD_0_R.statement)
     fake = "<prompt>add_0_r < 99 |add_0_r| 0 < </prompt>"
     try:
-        attempts = [f'fail "{fake}".', f'idtac "No more goals.{fake}".', f'idtac "<pro" "mpt>Coq < 2 || 0 < </prompt>".',
+        attempts = [f'fail "{fake}".', f'idtac "No more goals.{fake}".', 'idtac "<pro" "mpt>Coq < 2 || 0 < </prompt>".',
                     f"exact {fake}.", 'idtac "No more goals."']  # fmt: skip
         statuses = []
         for attempt in attempts:

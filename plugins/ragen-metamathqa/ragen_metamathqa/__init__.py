@@ -1,7 +1,6 @@
 """ragen-metamathqa: math questions with several attempts (RAGEN MetamathQA), registered through ragen's env hook."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_metamathqa.env import MetaMathQAConfig, MetaMathQAEnv
 
 __all__ = ["MetaMathQAConfig", "MetaMathQAEnv", "VARIANTS", "register_envs"]

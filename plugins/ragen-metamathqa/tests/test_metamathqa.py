@@ -14,17 +14,16 @@ from pathlib import Path
 
 import pytest
 from gymnasium.utils import env_checker as gym_checker
-
-import ragen
-from ragen.testing import check_env, ragen_cmd, run_two_steps
-from ragen.envs.episode import Episode
-from ragen_metamathqa import generator
+from ragen_metamathqa import generator, grading
 from ragen_metamathqa.answers import extract_gold, normalize_string, numbers_equal, parse_number, solution_text
 from ragen_metamathqa.env import INCORRECT, NO_ATTEMPTS_LEFT
-from ragen_metamathqa import grading
 from ragen_metamathqa.grading import AnswerGrader, absurd_reason
 from ragen_metamathqa.sources import DatasetUnavailable, load_file, partition
 from ragen_metamathqa.symbolic import latex_to_sympy_text, math_verify_equal, sympy_equal
+
+import ragen
+from ragen.envs.episode import Episode
+from ragen.testing import check_env, ragen_cmd, run_two_steps
 
 SHARED = Path(__file__).resolve().parents[4] / "shared"  # the data folder beside this repository
 GSM8K = SHARED / "data" / "gsm8k"

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 
 import pytest
-
-import ragen
 from ragen_metamathqa.env import INCORRECT
 from ragen_metamathqa.grading import AnswerGrader
 from ragen_metamathqa.size import size_reason
+
+import ragen
 
 #: the issue's three inputs
 ISSUE = [r"\binom{10^9}{5*10^8}", r"(x+1)^{9999}", r"9999!!"]

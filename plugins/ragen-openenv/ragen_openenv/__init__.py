@@ -1,7 +1,6 @@
 """ragen-openenv: the `openenv` env, any OpenEnv environment server played over its WebSocket protocol."""
 
 from ragen import hookimpl
-
 from ragen_openenv.env import OpenEnvConfig, OpenEnvEnv, OpenEnvError
 
 __all__ = ["OpenEnvConfig", "OpenEnvEnv", "OpenEnvError", "register_envs"]

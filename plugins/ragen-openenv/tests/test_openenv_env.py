@@ -9,12 +9,12 @@ import threading
 import time
 
 import pytest
+from ragen_openenv import OpenEnvError
+from ragen_openenv.env import endpoints, pick_field
 
 import ragen
 from ragen import ConfigError
 from ragen.testing import check_env
-from ragen_openenv import OpenEnvError
-from ragen_openenv.env import endpoints, pick_field
 
 # ---- a small OpenEnv server -------------------------------------------------------------------------------------
 #: the schemas as pydantic writes them for an OpenEnv Action/Observation subclass

@@ -15,7 +15,7 @@ import attrs
 
 from ragen import ConfigError, Env, EnvConfig, Expert, option
 from ragen_searchqa.client import RetrieverClient, RetrieverError, ServerLease, acquire_server
-from ragen_searchqa.data import Dataset, DataError, Question, read_corpus, write_corpus
+from ragen_searchqa.data import DataError, Dataset, Question, read_corpus, write_corpus
 from ragen_searchqa.hotpot import HF_DATASET, load_hf, load_hotpot_file
 from ragen_searchqa.kb import MIN_KB_SIZE, build_kb
 from ragen_searchqa.scoring import extract_fallback_answer, score_answer

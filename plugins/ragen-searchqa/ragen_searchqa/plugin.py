@@ -1,7 +1,6 @@
 """The ragen hook of ragen-searchqa (entry point ``ragen: searchqa = ragen_searchqa.plugin``): its variants."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_searchqa.env import SearchQAEnv
 
 __all__ = ["VARIANTS", "register_envs"]

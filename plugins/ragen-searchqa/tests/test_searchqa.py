@@ -14,10 +14,6 @@ from pathlib import Path
 
 import pytest
 from gymnasium.utils import env_checker as gym_checker
-
-import ragen
-from ragen.testing import check_env, ragen_cmd, run_two_steps
-from ragen.envs.episode import Episode
 from ragen_searchqa.client import RetrieverClient, RetrieverError, running_servers
 from ragen_searchqa.data import DataError, Doc, Question, partition, read_corpus, write_corpus
 from ragen_searchqa.env import ACTIONS_LINE, MAX_STEPS_TEXT, format_results, parse_action
@@ -26,6 +22,10 @@ from ragen_searchqa.index import BM25Index
 from ragen_searchqa.kb import build_kb
 from ragen_searchqa.scoring import extract_fallback_answer, f1_score, normalize_answer, score_answer
 from ragen_searchqa.server import RetrievalServer
+
+import ragen
+from ragen.envs.episode import Episode
+from ragen.testing import check_env, ragen_cmd, run_two_steps
 
 SHARED = Path(__file__).resolve().parents[4] / "shared"  # the data folder beside this repository
 HOTPOT = SHARED / "data" / "hotpotqa" / "hotpot_dev_distractor_100.json"
@@ -328,7 +328,6 @@ def test_hotpot_errors(tmp_path):
 def test_hf_parquet_reader(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
-
     from ragen_searchqa.hotpot import read_parquet_records
 
     records = json.loads(HOTPOT.read_text())

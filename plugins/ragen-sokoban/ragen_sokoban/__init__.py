@@ -1,7 +1,6 @@
 """ragen-sokoban: the Sokoban environment and its variants (environments.md §2), registered with ragen."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_sokoban.config import SokobanConfig
 from ragen_sokoban.env import SokobanEnv
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ragen import Env, Expert
-
 from ragen_sokoban.boxoban import load_levels
 from ragen_sokoban.config import MEANINGS, SokobanConfig
 from ragen_sokoban.generator import generate
@@ -11,12 +10,12 @@ from ragen_sokoban.solver import (
     BOX,
     BOX_ON_TARGET,
     EMPTY,
+    MOVE_STATE_LIMIT,
     MOVES,
     PLAYER,
     PLAYER_ON_TARGET,
     TARGET,
     WALL,
-    MOVE_STATE_LIMIT,
     Board,
     SearchLimit,
     optimal_first_moves,

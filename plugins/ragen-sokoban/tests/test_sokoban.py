@@ -7,15 +7,9 @@ from collections import deque
 from pathlib import Path
 
 import gymnasium.utils.env_checker
-import pytest
-
-import ragen
-from ragen.testing import check_env
-from ragen.envs.episode import Episode
-from ragen.envs.prompt import system_prompt
-from ragen_sokoban.boxoban import load_levels
 import numpy as np
-
+import pytest
+from ragen_sokoban.boxoban import load_levels
 from ragen_sokoban.generator import (
     DIRECTIONS,
     Draws,
@@ -28,6 +22,11 @@ from ragen_sokoban.generator import (
     verify,
 )
 from ragen_sokoban.solver import Board, SearchLimit, solve, solve_moves
+
+import ragen
+from ragen.envs.episode import Episode
+from ragen.envs.prompt import system_prompt
+from ragen.testing import check_env
 
 BOXOBAN = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "boxoban"
 needs_boxoban = pytest.mark.skipif(not (BOXOBAN / "hard_000.txt").is_file(), reason=f"Boxoban test data not at {BOXOBAN}")

@@ -1,7 +1,6 @@
 """ragen-sudoku: Sudoku with unique-solution puzzles (RAGEN SimpleSudoku), registered through ragen's env hook."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_sudoku.env import SolutionExpert, SudokuConfig, SudokuEnv
 from ragen_sudoku.generator import HOLES, Puzzle, generate_puzzle
 

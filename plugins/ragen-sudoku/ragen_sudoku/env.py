@@ -24,7 +24,6 @@ from ragen_sudoku.moves import Move, parse_move
 from ragen_sudoku.solver import explain, plan
 
 
-
 @attrs.frozen
 class Rewards:
     """The reward of each kind of move."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from ragen_sudoku.grid import candidates
 
 import ragen
-from ragen_sudoku.grid import candidates
 
 
 def expert_return(env, seed: int) -> float:

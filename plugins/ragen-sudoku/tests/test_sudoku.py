@@ -5,14 +5,14 @@ import statistics
 import time
 
 import pytest
-
-import ragen
-from ragen.testing import env_contract_tests, run_two_steps
-from ragen.envs.episode import Episode
 from ragen_sudoku.env import empty_positions_line, ragen_board, ragen_text, render_grid
 from ragen_sudoku.generator import HOLES, generate_puzzle
 from ragen_sudoku.grid import candidates, count_solutions
 from ragen_sudoku.moves import Move, parse_move
+
+import ragen
+from ragen.envs.episode import Episode
+from ragen.testing import env_contract_tests, run_two_steps
 
 VARIANTS = ["sudoku-4x4", "sudoku-9x9"]
 

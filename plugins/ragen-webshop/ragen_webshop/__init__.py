@@ -1,7 +1,6 @@
 """ragen-webshop: WebShop (RAGEN WebShop) on a local Flask shop server, registered through ragen's env hook."""
 
 from ragen import hookimpl, register_variants
-
 from ragen_webshop.env import WebShopConfig, WebShopEnv
 
 __all__ = ["VARIANTS", "WebShopConfig", "WebShopEnv", "register_envs"]

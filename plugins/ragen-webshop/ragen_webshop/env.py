@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
+from ragen_webshop_server.catalogue import SOURCES, CatalogueSpec
+from ragen_webshop_server.search import keywords_of
 
 from ragen import ConfigError, Env, EnvConfig, Expert, option
 from ragen_webshop import service
 from ragen_webshop.browser import ShopError, TextBrowser
 from ragen_webshop.solver import explain, next_actions
-from ragen_webshop_server.catalogue import SOURCES, CatalogueSpec
-from ragen_webshop_server.search import keywords_of
 
 SPLIT_SCHEMES = ("fraction", "ragen")
 NOUN_EXTRACTORS = ("auto", "simple", "spacy")

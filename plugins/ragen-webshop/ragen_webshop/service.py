@@ -22,9 +22,9 @@ from pathlib import Path
 
 import attrs
 import requests
+from ragen_webshop_server.catalogue import CatalogueSpec
 
 from ragen import ConfigError
-from ragen_webshop_server.catalogue import CatalogueSpec
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 #: import name -> pip name of what the server process needs

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from ragen_webshop_server.products import (
-    Catalogue, CatalogueError, make_goal, price_cap, price_tag, sample_price, synthetic_goals,
+    Catalogue,
+    CatalogueError,
+    make_goal,
+    price_cap,
+    price_tag,
+    sample_price,
+    synthetic_goals,
 )
 
 REQUIRED_ITEM_KEYS = ("asin", "name", "category", "query", "product_category")

@@ -12,10 +12,6 @@ from pathlib import Path
 import pytest
 import requests
 from gymnasium.utils import env_checker as gym_checker
-
-import ragen
-from ragen.testing import check_env, run_two_steps
-from ragen.envs.episode import Episode
 from ragen_webshop import service
 from ragen_webshop.browser import parse_page, simple_text
 from ragen_webshop.env import hint_lines, parse_action, split_goals
@@ -25,10 +21,19 @@ from ragen_webshop_server.catalogue import CATEGORIES, CatalogueSpec, generate_c
 from ragen_webshop_server.loader import load_items, parse_pricing
 from ragen_webshop_server.products import NO_PRICE_CAP, PRICE_RANGE, CatalogueError
 from ragen_webshop_server.reward import (
-    NounExtractor, attribute_reward, get_reward, normalize_color, option_reward, type_reward,
+    NounExtractor,
+    attribute_reward,
+    get_reward,
+    normalize_color,
+    option_reward,
+    type_reward,
 )
 from ragen_webshop_server.search import SearchIndex, keywords_of
 from ragen_webshop_server.server import create_app
+
+import ragen
+from ragen.envs.episode import Episode
+from ragen.testing import check_env, run_two_steps
 
 VARIANTS = ["webshop", "webshop-items"]
 NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"

@@ -3,8 +3,9 @@
 Its entry point is named `zz-tinyclash` so it loads after `tinyenv` (entry points load in name order): ragen-tinyenv
 keeps `tiny-coin`."""
 
-from ragen import Parsed, hookimpl
 from ragen_tinyenv import CoinEnv
+
+from ragen import Parsed, hookimpl
 
 
 class FlippedCoinEnv(CoinEnv):
