@@ -63,7 +63,9 @@ def table(header: list[str], rows: list[list[str]]) -> None:
     if not _wide and lead + widths[-1] > LISTING_WIDTH:
         widths[-1] = room
     for i, row in enumerate([header, *rows]):
-        lines = textwrap.wrap(str(row[-1]), widths[-1], break_long_words=False) if widths[-1] == room else [str(row[-1])]
+        lines = (
+            textwrap.wrap(str(row[-1]), widths[-1], break_long_words=False) if widths[-1] == room else [str(row[-1])]
+        )
         first = [*row[:-1], lines[0] if lines else ""]
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(first, widths, strict=False)).rstrip())
         for more in lines[1:]:

@@ -84,14 +84,17 @@ class Registry:
 def _env_config(name: str, factory: Any, config: type | None, dist: str) -> type:
     """An env's config class: the one registered, else the env class's ``config_cls`` (``EnvConfig`` unless the class
     names its own). The core reads every env's episode budget (``max_turns``, ...) from it, so a registration without
-    ``config=`` gets one instead of failing at the first update, and a config that is not an ``EnvConfig`` is refused."""
+    ``config=`` gets one instead of failing at the first update, and a config that is not an ``EnvConfig`` is
+    refused."""
     from ragen.contract.env import EnvConfig
 
     if config is None:
         config = getattr(factory, "config_cls", EnvConfig)
     if not (isinstance(config, type) and issubclass(config, EnvConfig)):
-        raise RegistrationError(f"{dist}: config of env {name!r} must subclass ragen.EnvConfig (the core reads the episode "
-                                f"budget from it), got {config!r}")
+        raise RegistrationError(
+            f"{dist}: config of env {name!r} must subclass ragen.EnvConfig (the core reads the episode "
+            f"budget from it), got {config!r}"
+        )
     return config
 
 
