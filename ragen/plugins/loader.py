@@ -31,7 +31,7 @@ from ragen.plugins.registry import Registry, printable
 ENTRY_POINT_GROUP = "ragen"
 #: the core's own components, registered as plugins by module name so this loader imports none of them itself
 #: (simonw/llm's pattern): the default action parsers and the ``remote`` env
-DEFAULT_PLUGINS = ("ragen.plugins.builtin", "ragen.envs.remote")
+DEFAULT_PLUGINS = ("ragen.plugins.builtin", "ragen.serve.remote")
 ALLOW_ENV_VAR = "RAGEN_LOAD_PLUGINS"
 
 #: registry kind -> the hook that fills it
@@ -141,8 +141,8 @@ def _load_timed(ep: importlib.metadata.EntryPoint, dist: str) -> Any:
     wait = _slow_import_s()
 
     def say() -> None:
-        sys.stderr.write(f"ragen: still importing plugin {printable(dist)!r} (entry point {printable(ep.name)!r}) after "
-                         f"{wait:g} s; RAGEN_LOAD_PLUGINS selects which plugins load\n")
+        sys.stderr.write(f"ragen: still importing plugin {printable(dist)!r} (entry point {printable(ep.name)!r}) "
+                         f"after {wait:g} s; RAGEN_LOAD_PLUGINS selects which plugins load\n")
 
     timer = threading.Timer(wait, say)
     timer.daemon = True
@@ -249,8 +249,9 @@ def _fill(kind: str, reg: Registry) -> None:
             kept = reg.get(exc.name).dist
             _state.clashes.append(Clash(exc.kind, exc.name, exc.first, exc.second))
             if _rank(kept, exc.name) < 3:
-                _mark_broken(info.name, info.dist, info.version, f"it registers the {exc.kind} {exc.name!r}, which belongs "
-                             f"to {kept!r}: a plugin may not take a core component's name or another distribution's own")
+                _mark_broken(info.name, info.dist, info.version,
+                             f"it registers the {exc.kind} {exc.name!r}, which belongs to {kept!r}: a plugin may not "
+                             "take a core component's name or another distribution's own")
             else:  # refuse this one name; the plugin's other components still load
                 warnings.warn(f"ragen plugin {exc.second!r}: {exc}", PluginWarning, stacklevel=2)
         except Exception as exc:  # a bad name or config class: the plugin breaks its contract
