@@ -248,8 +248,7 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
                 params = sampling.derive(rnd, length, max_new_tokens=length)
                 params = params.derive(c) if overlap_chunks > 1 else params
                 prompts = [m.ctx.prompt() for m in chunk]
-                per_env = getattr(engine, "generate_for_envs", None)  # engines that answer from env state (expert demos)
-                gens = per_env([m.slot.env for m in chunk], prompts, params) if per_env else engine.generate(prompts, params)
+                gens = engine.generate_for_envs([m.slot.env for m in chunk], prompts, params)
                 if len(gens) != len(chunk):
                     raise RuntimeError(f"engine returned {len(gens)} generations for {len(chunk)} prompts")
                 for m, g in zip(chunk, gens):

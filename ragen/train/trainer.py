@@ -108,7 +108,7 @@ class Trainer:
             metrics.update(self.updater(batch, step, n_global, seed=seed, measure_entropy=reused))
             if self.world > 1:
                 metrics["dist/replica_max_abs_diff"] = replica_diff(self.actor.module)
-            metrics.update(self.engine.sync_weights(self.actor.module) or {})  # vLLM: loaded, then verified on a probe
+            metrics.update(self.engine.sync_weights(self.actor.module))  # vLLM: loaded, then verified on a probe
 
         # ==== LOG: one metrics.jsonl line per step, sampled trajectories, console ====
         return self._log(metrics, trajs, timer)
@@ -238,6 +238,6 @@ class Trainer:
         return checkpoint.export(self.run_dir / checkpoint.FINAL, self.actor.module, self.tokenizer, self.lora, parser)
 
     def close(self) -> None:
-        getattr(self.engine, "close", lambda: None)()
+        self.engine.close()
         self._rollout.close()
         self.writer.close()
