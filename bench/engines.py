@@ -34,17 +34,24 @@ def first_turn_prompts(tok, env: str, n: int) -> list[list[int]]:
 
     prompts: list[list[int]] = []
 
+    eos = [tok.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tok.get_vocab() else [tok.eos_token_id]
+
     class Recorder:  # answers each prompt with EOS at once, keeping the prompts of the first call
-        eos_token_ids = (
-            [tok.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tok.get_vocab() else [tok.eos_token_id]
-        )
+        eos_token_ids = eos
+        logprobs_exact = False
 
         def generate(self, batch, params):
             if not prompts:
                 prompts.extend(batch)
             return [Generation([self.eos_token_ids[0]], [0.0], "stop") for _ in batch]
 
+        def generate_for_envs(self, envs, batch, params):
+            return self.generate(batch, params)
+
         def sync_weights(self, model):
+            return {}
+
+        def close(self):
             pass
 
     from ragen.rollout import SamplingParams
@@ -73,6 +80,7 @@ def time_rollout(engine, tok, env: str, groups: int, group_size: int, seed: int)
 
     class Timed:
         eos_token_ids = engine.eos_token_ids
+        logprobs_exact = False
 
         def generate(self, prompts, params):
             t = time.perf_counter()
@@ -80,7 +88,13 @@ def time_rollout(engine, tok, env: str, groups: int, group_size: int, seed: int)
             calls.append((time.perf_counter() - t, sum(len(g.token_ids) for g in out), len(prompts)))
             return out
 
+        def generate_for_envs(self, envs, prompts, params):
+            return self.generate(prompts, params)  # timed
+
         def sync_weights(self, model):
+            return {}
+
+        def close(self):
             pass
 
     with EnvGroups(env, group_size=group_size, n_groups=groups) as pool:

@@ -76,6 +76,8 @@ def _default(cls: type, name: str) -> str:
         return "required"
     if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
         default = default.factory()  # type: ignore[union-attr]
+    if inspect.isfunction(default):  # its name: a function's repr holds an address, which changes every run
+        return f"`{default.__module__}.{default.__qualname__}`"
     return f"`{default!r}`"
 
 

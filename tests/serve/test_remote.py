@@ -260,6 +260,16 @@ class KillingEngine:
 
         self.inner, self.served, self.rounds = ExpertEngine(tok, fmt.eos_id), served, 0
         self.eos_token_ids = self.inner.eos_token_ids
+        self.logprobs_exact = False
+
+    def generate(self, prompts, params):
+        return self.inner.generate(prompts, params)
+
+    def sync_weights(self, model):
+        return {}
+
+    def close(self):
+        pass
 
     def generate_for_envs(self, envs, prompts, params):
         self.rounds += 1
