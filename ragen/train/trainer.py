@@ -33,9 +33,12 @@ class StepResult:
 class Trainer:
     """Builds the engines and components of a run, then runs steps, validation and checkpoints."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path | None = None):
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-        parts = setup.build(cfg, self.run_dir, resume=resume, init_model=init_model)
+    def __init__(self, run: setup.ResolvedRun | RunConfig, run_dir: Path, resume: bool = False,
+                 init_model: Path | None = None):
+        """``run``: the resolved run (``ragen.envs.resolved``); a ``RunConfig`` is resolved by ``setup.build``."""
+        self.run_dir = Path(run_dir)
+        parts = setup.build(run, self.run_dir, resume=resume, init_model=init_model)
+        self.run, self.cfg = parts.run, parts.run.cfg
         self.device, self.dtype, self.rank, self.world = parts.device, parts.dtype, parts.rank, parts.world
         # components, by name, from the registries
         self.preset, self.estimator = parts.preset, parts.estimator
@@ -47,7 +50,8 @@ class Trainer:
         self.early_stop, self.collapse, self.writer = parts.early_stop, parts.collapse, parts.writer
         self.kl_beta = self.preset.kl_reward_coef
         self.step_idx = 0
-        self.interrupted, self.saved_step = False, None  # Ctrl-C asked to stop (ragen/train/interrupt.py); last checkpoint
+        # Ctrl-C asked to stop (ragen/train/interrupt.py); the last checkpoint's step
+        self.interrupted, self.saved_step = False, None
 
     def _seed(self, *keys: int) -> int:
         return int(np.random.SeedSequence([self.cfg.trainer.seed, *keys]).generate_state(1)[0])
@@ -78,7 +82,8 @@ class Trainer:
         with timer.phase("filter"):
             rows, kept_ratio = self._filter(trajs, metrics)
         if not rows:  # a batch without a success under the gate is no filter's doing: it does not count towards a stop
-            log.warning("empty_after_filter" if metrics["rollout/empty_after_filter"] else "no_success_in_batch", step=step)
+            log.warning("empty_after_filter" if metrics["rollout/empty_after_filter"] else "no_success_in_batch",
+                        step=step)
             return self._log(metrics, trajs, timer)
 
         # ==== SHAPE: training scores of the kept trajectories (normalisation, penalties); raw stays untouched ====
@@ -120,7 +125,8 @@ class Trainer:
         n_groups = len(keep)
         keep -= self._gate(trajs, n_groups, metrics)
         gate_emptied = not keep
-        entropies = self._entropies(trajs) if keep and any(getattr(f, "needs_entropy", False) for f in self.filters) else None
+        needs_entropy = keep and any(getattr(f, "needs_entropy", False) for f in self.filters)
+        entropies = self._entropies(trajs) if needs_entropy else None
         for i, filt in enumerate(self.filters if keep else ()):
             idx = [j for j, t in enumerate(trajs) if t.group_id in keep]
             res = boundary.call_filter(filt, metrics, raw_rewards=[trajs[j].score for j in idx],
@@ -170,8 +176,9 @@ class Trainer:
         p = self.preset
         values = self.policy.values(batch) if self.critic is not None else None
         out = boundary.call_estimator(self.estimator, values is not None, metrics, token_rewards=batch.token_rewards,
-                                      mask=batch.loss_mask, scores=batch.scores, group_ids=batch.group_ids, values=values,
-                                      turn_ids=batch.turn_ids, turn_scores=batch.turn_scores, kl_rewards=batch.kl_rewards)
+                                      mask=batch.loss_mask, scores=batch.scores, group_ids=batch.group_ids,
+                                      values=values, turn_ids=batch.turn_ids, turn_scores=batch.turn_scores,
+                                      kl_rewards=batch.kl_rewards)
         scale = {"none": 1.0, "linear": kept_ratio, "sqrt": kept_ratio ** 0.5}[p.filter_loss_scaling]
         batch.advantages = out.advantages.to(self.device).float() * scale
         if values is not None:
@@ -198,7 +205,8 @@ class Trainer:
         with bar:
             result = gather(self._rollout.val_batch(policy_version=self.step_idx, seed=self._seed(3, self.step_idx),
                                                     progress=bar), self.world)
-        self.writer.trajectories("val_trajectories.jsonl", [{"step": self.step_idx, **t.to_dict()} for t in result.trajectories])
+        self.writer.trajectories("val_trajectories.jsonl",
+                                 [{"step": self.step_idx, **t.to_dict()} for t in result.trajectories])
         return {f"val/{k}": v for k, v in result.metrics.items()}
 
     def paired_validate(self, label: str) -> tuple[dict, list]:
