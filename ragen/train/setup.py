@@ -96,7 +96,7 @@ def build(run: ResolvedRun | RunConfig, run_dir: Path, resume: bool = False, ini
     lora = cfg.model.lora_rank > 0
     actor = dp.make_engine(model, lr=actor_lr(cfg), **_engine_options(cfg, dtype))
     critic = _critic(cfg, source, device, dtype, lora) if preset.use_critic else None
-    engine = make_rollout_engine(cfg, actor.module, tokenizer, source.path, dtype)
+    engine = make_rollout_engine(cfg, actor.module, tokenizer, source.path, dtype, thinks=run.thinks)
     reference = copy.deepcopy(model).eval().requires_grad_(False) if preset.needs_reference and not lora else None
     policy = Policy(cfg, preset, actor, critic, reference, lora)
     updater = Updater(cfg, preset, policy, env_configs, run_dir, world, actor_lr(cfg))
