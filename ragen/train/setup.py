@@ -110,9 +110,10 @@ def build(run: ResolvedRun | RunConfig, run_dir: Path, resume: bool = False, ini
                  collapse=collapse, writer=writer)
 
 
-def _components(run: ResolvedRun) -> tuple:
+def _components(run: ResolvedRun | RunConfig) -> tuple:
     """The preset, the training envs' configs, the estimator, filters, shapers, parser and the success gate, by
     name."""
+    run = as_resolved(run)
     preset, envs, env_configs = run.preset, run.envs, list(run.env_configs)
     estimator = make_component("estimator", preset.estimator, **preset.estimator_options)
     filters = [make_component("filter", name, **opts) for name, opts in
