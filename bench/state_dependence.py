@@ -22,6 +22,7 @@ import os
 import random
 from pathlib import Path
 
+from ragen.envs.resolved import val_seeds
 from ragen.models.builtin import train_tokenizer
 from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout
 from ragen.rollout.expert import ExpertEngine
@@ -44,8 +45,8 @@ class PolicyEngine(ExpertEngine):
 
 def play(name: str, policy, levels: int) -> dict:
     engine = PolicyEngine(policy)
-    with EnvGroups([GroupSpec(name, levels, {})], group_size=1, split="val") as groups:
-        groups.seed_of = lambda step, g: 123 + g % levels  # ragen eval's levels
+    with EnvGroups([GroupSpec(name, levels, {})], group_size=1, split="val",
+                   seeds=val_seeds(per_env=levels)) as groups:  # ragen eval's levels
         res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0),
                           RolloutSettings(chat_format=engine.fmt, max_model_len=100_000))
     return {k: res.metrics.get(k) for k in KEYS} | {"score": res.metrics["score"]}

@@ -32,13 +32,14 @@ from pathlib import Path
 import torch
 
 from ragen.config.schema import PROMPTS
+from ragen.envs.resolved import DEMO_SEED_BASE, VAL_SEED_BASE, SeedRule
 from ragen.models import builtin
 from ragen.models.load import load_model_and_tokenizer, save_parser
 from ragen.plugins.components import make_component, parser_thinks
 from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout
 from ragen.rollout.expert import ExpertEngine
 from ragen.rollout.hf import HFEngine
-from ragen.warmstart.sft import DEMO_SEED_BASE, TorchOptimizer, sft
+from ragen.warmstart.sft import TorchOptimizer, sft
 
 #: the depth experiment's model: `small` with 4 layers
 builtin.BUILTIN_MODELS.setdefault("deep", {**builtin.BUILTIN_MODELS["small"], "num_layers": 4})
@@ -46,11 +47,11 @@ KEYS = ("success", "optimal_action_rate", "optimal_action_chance", "distinct_fir
 
 
 def play(engine, tokenizer_fmt, env: str, levels: int, settings: dict, seed_base: int, split: str):
-    groups = EnvGroups([GroupSpec(env, levels, {})], group_size=1, split=split)
-    groups.seed_of = lambda step, g: seed_base + g  # type: ignore[method-assign]
+    groups = EnvGroups([GroupSpec(env, levels, {})], group_size=1, split=split, seeds=SeedRule(seed_base))
     try:
         return run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0),
-                           RolloutSettings(chat_format=tokenizer_fmt, max_model_len=3600, format_penalty=-1.0, **settings))
+                           RolloutSettings(chat_format=tokenizer_fmt, max_model_len=3600, format_penalty=-1.0,
+                                           **settings))
     finally:
         groups.close()
 
@@ -92,17 +93,19 @@ def main() -> None:
     model.eval()
     settings = {**window, "parser": make_component("parser", a.parser)}
     engine = HFEngine(model, tok)
-    res = play(engine, fmt, a.env, a.levels, settings, 123, "val")
+    res = play(engine, fmt, a.env, a.levels, settings, VAL_SEED_BASE, "val")
     seen = {}
     if a.seen:  # the demos' own levels: the same seeds and split the demonstrations were played on
         played = play(engine, fmt, a.env, a.seen, settings, DEMO_SEED_BASE, "train")
         seen = {f"seen_{k}": played.metrics.get(k) for k in KEYS} | {"seen_levels": a.seen}
     row = {"date": str(date.today()), "env": a.env, "model": a.model, "parser": a.parser, "episodes": a.episodes,
-           "epochs": a.epochs, "seed": a.seed, "window": a.window, "prompt": a.prompt, "batch": a.batch, "lr": a.lr, "levels": a.levels, "warm_start_s": round(t_sft),
+           "epochs": a.epochs, "seed": a.seed, "window": a.window, "prompt": a.prompt, "batch": a.batch, "lr": a.lr,
+           "levels": a.levels, "warm_start_s": round(t_sft),
            "load_average": round(os.getloadavg()[0], 2), **{k: res.metrics.get(k) for k in KEYS}, **seen}
     if a.load:
         row |= {"loaded": str(a.load), "warm_start_s": None}
-    print("| env | model | parser | prompt | epochs | seed | greedy success | optimal / chance | first answers | warm start s |")
+    print("| env | model | parser | prompt | epochs | seed | greedy success | optimal / chance | first answers "
+          "| warm start s |")
     print(f"| {a.env} | {a.model} | {a.parser} | {a.prompt} | {a.epochs} | {a.seed} | {100 * row['success']:.1f}% | "
           f"{100 * (row['optimal_action_rate'] or 0):.1f}% / {100 * (row['optimal_action_chance'] or 0):.1f}% | "
           f"{row['distinct_first_answers']} | {row['warm_start_s']} |")

@@ -39,15 +39,25 @@ def _launch(nproc: int) -> None:
             continue
         if not a.startswith("--nproc="):
             cleaned.append(a)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "ragen", *cleaned]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "ragen",
+           *cleaned]
     raise SystemExit(subprocess.call(cmd))
 
 
 def run_config(config_path, overrides, **named):
+    """The checked config of ``ragen run`` / ``ragen sft`` (``resolved_run``'s)."""
+    return resolved_run(config_path, overrides, **named).cfg
+
+
+def resolved_run(config_path, overrides, **named):
+    """The run of ``ragen run`` / ``ragen sft``, resolved once (``ragen.envs.resolved``) and checked before torch is
+    imported: bad input fails in a second, not after the warm start."""
     from ragen.config import load_config
+    from ragen.envs.resolved import resolve_run
     from ragen.plugins.loader import get_registry
 
-    keys = {"env_name": "env.name", "algo_name": "algo.name", "model_name": "model.name", "parser_name": "rollout.parser"}
+    keys = {"env_name": "env.name", "algo_name": "algo.name", "model_name": "model.name",
+            "parser_name": "rollout.parser"}
     filter_name = named.pop("filter_name", None)
     extra = [f"{keys[k]}={v}" for k, v in named.items() if v]
     if named.get("env_name"):  # --env NAME trains on that one env, also over a config that lists env.train
@@ -56,30 +66,32 @@ def run_config(config_path, overrides, **named):
     from ragen.models.load import check_model_name
 
     check_model_name(cfg.model.name)  # a missing local path fails now, not after minutes as a hub id
-    from ragen.envs.env_lists import check_plan
-
-    check_plan(cfg)  # unknown env names fail here, with a did-you-mean; every listed env's options are checked
-    get_registry("algorithm").get(cfg.algo.name)
     if filter_name:  # --filter replaces the preset's filter; options the user gave (algo.options.filter_options.*) stay
         import attrs
 
-        get_registry("filter").get(filter_name)
-        options = {**cfg.algo.options, "filter": filter_name, "filter_options": cfg.algo.options.get("filter_options") or {}}
+        options = {**cfg.algo.options, "filter": filter_name,
+                   "filter_options": cfg.algo.options.get("filter_options") or {}}
         cfg = attrs.evolve(cfg, algo=attrs.evolve(cfg.algo, options=options))
+    # unknown env names fail here, with a did-you-mean; every listed env's options are checked; then the algorithm
+    run = resolve_run(cfg)
+    if filter_name:
+        get_registry("filter").get(filter_name)
     from ragen.train.provenance import resolved_config
 
     resolved_config(cfg)  # every component's options checked now (a misspelt one named), not after the warm start
-    if not named.get("env_name") and config_path is None and not any(o.startswith(("env.name=", "env.train=")) for o in overrides):
+    if not named.get("env_name") and config_path is None and not any(o.startswith(("env.name=", "env.train="))
+                                                                      for o in overrides):
         click.echo(f"env: {cfg.env.name} (the default; --env NAME picks another)", err=True)
-    return cfg
+    return run
 
 
 @cli.command()
 @config_option
 @env_option
 @click.option("--algo", "algo_name", help="Algorithm preset (algo.name): grpo, ppo, starpo-s, ... (see `ragen algos`).")
-@click.option("--filter", "filter_name", help="Rollout filter replacing the preset's: top-p, v2-main, v2-recommended, ...; "
-                                              "its options: algo.options.filter_options.KEY=VALUE.")
+@click.option("--filter", "filter_name", help="Rollout filter replacing the preset's: top-p, v2-main, "
+                                              "v2-recommended, ...; its options: "
+                                              "algo.options.filter_options.KEY=VALUE.")
 @model_option
 @click.option("--parser", "parser_name", help="Registered action parser (rollout.parser); its options: "
                                               "rollout.parser_options.KEY=VALUE.")
@@ -89,7 +101,8 @@ def run_config(config_path, overrides, **named):
                    "freshly initialised built-in model, cached).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Data-parallel processes on this machine (launched through torchrun).")
-@click.option("--local_rank", "--local-rank", "local_rank", type=int, hidden=True, help="Set by the deepspeed launcher.")
+@click.option("--local_rank", "--local-rank", "local_rank", type=int, hidden=True,
+              help="Set by the deepspeed launcher.")
 @click.argument("overrides", nargs=-1)
 def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, resume, warmstart, nproc, local_rank,
         overrides) -> None:
@@ -102,16 +115,16 @@ def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, 
     if resume is not None and (config_path or env_name or algo_name or filter_name or model_name or parser_name
                                or overrides or warmstart is not None):
         raise click.UsageError("--resume takes the run folder's own config; give no other options")
-    cfg = None if resume is not None else run_config(config_path, overrides, env_name=env_name, algo_name=algo_name,
-                                                       model_name=model_name, filter_name=filter_name,
-                                                       parser_name=parser_name)
+    resolved = None if resume is not None else resolved_run(config_path, overrides, env_name=env_name,
+                                                         algo_name=algo_name, model_name=model_name,
+                                                         filter_name=filter_name, parser_name=parser_name)
     from ragen.runs.loop import (
         train,  # torch: after the config is checked, so bad input fails in a second
     )
     from ragen.train.interrupt import GracefulInterrupt
 
     with GracefulInterrupt("the current training step"):  # a first Ctrl-C: finish the step, checkpoint, exit
-        run_dir = train(cfg, resume=resume, warmstart=warmstart)
+        run_dir = train(resolved, resume=resume, warmstart=warmstart)
     if int(os.environ.get("RANK", "0")) == 0:
         from ragen.runs.summary import format_summary, run_summary
 
@@ -127,21 +140,24 @@ def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, 
 @click.argument("overrides", nargs=-1)
 def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
     """Fine-tune a model on expert demonstrations of an env (warmstart.* options); saves a HF model folder."""
-    cfg = run_config(config_path, overrides, env_name=env_name, model_name=model_name)
+    resolved = resolved_run(config_path, overrides, env_name=env_name, model_name=model_name)
     from ragen.runs.sft import run_sft  # torch: after the config is checked
-    path, metrics = run_sft(cfg, out)
+
+    path, metrics = run_sft(resolved, out)
     click.echo(json.dumps(metrics, indent=2))
     click.echo(f"model: {path}")
 
 
 @cli.command("eval")
 @click.option("--env", "env_name", help="Env variant; several, comma-separated, play in one call and print one table.")
-@click.option("--model", "model_name", default="tiny", show_default=True, help="tiny, a local path or a Hugging Face id.")
+@click.option("--model", "model_name", default="tiny", show_default=True,
+              help="tiny, a local path or a Hugging Face id.")
 @click.option("-k", "k", default=1, show_default=True, help="Samples per seed (pass@k).")
 @click.option("--seeds", "n_groups", default=64, show_default=True, help="Validation seeds per env (123, 124, ...).")
 @click.option("--temperature", default=0.5, show_default=True, help="Sampling temperature (RAGEN validation: 0.5).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Where to write trajectories.jsonl and metrics.json (default: a new runs/eval-ENV-TIME folder per call).")
+              help="Where to write trajectories.jsonl and metrics.json (default: a new runs/eval-ENV-TIME folder "
+                   "per call).")
 @click.option("--option", "-o", "options", multiple=True, metavar="[ENV:]KEY=VALUE",
               help="Env config override; 'ENV:' limits it to one of several envs.")
 @click.option("--prompt", "prompt", type=click.Choice(["auto", "full", "compact"]), default="auto", show_default=True,
@@ -170,12 +186,14 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, promp
 
     label = "+".join(names)
     out = out or fresh_dir(Path("runs") / f"eval-{label}-{datetime.now():%Y%m%d-%H%M%S}")
-    metrics = evaluate(names[0] if len(names) == 1 else names, model_name, k=k, n_groups=n_groups, temperature=temperature,
-                       out=out, options=shared, env_options=per_env, parser=parser_name, parser_options=parser_opts,
+    metrics = evaluate(names[0] if len(names) == 1 else names, model_name, k=k, n_groups=n_groups,
+                       temperature=temperature, out=out, options=shared, env_options=per_env, parser=parser_name,
+                       parser_options=parser_opts,
                        prompt=default_prompt(model_name) if prompt == "auto" else prompt)
     click.echo(json.dumps(metrics, indent=2))
     if len(names) > 1:
-        rows = [[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()] + [["overall", *_eval_row(metrics["overall"], k)]]
+        rows = ([[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()]
+                + [["overall", *_eval_row(metrics["overall"], k)]])
         table(["env", "success", "reward", "valid format", f"pass@{k}", "failed"], rows)
     from ragen.runs.evaluate import state_line
 
@@ -203,5 +221,5 @@ def _env_options(items: tuple[str, ...], names: list[str]) -> tuple[dict, dict[s
 
 
 def _eval_row(m: dict, k: int) -> list[str]:
-    return [f"{m['success_rate']:.3f}", f"{m['reward_mean']:.3f}", f"{m['valid_format_rate']:.3f}", f"{m[f'pass@{k}']:.3f}",
-            str(m["failed_envs"])]
+    return [f"{m['success_rate']:.3f}", f"{m['reward_mean']:.3f}", f"{m['valid_format_rate']:.3f}",
+            f"{m[f'pass@{k}']:.3f}", str(m["failed_envs"])]

@@ -1,4 +1,4 @@
-"""A run's env lists (issue 14): which envs train, in how many groups per step, and which envs validate.
+"""A run's env lists: which envs train, in how many groups per step, and which envs validate.
 
 ``env.name``/``env.options`` is the one-env form; ``env.train`` and ``env.val`` are lists of ``EnvEntry``. Both forms
 resolve here to ``Planned`` entries (name, options, groups, parser), so the rest of the code sees one shape.
@@ -59,11 +59,12 @@ def train_plan(cfg: Any) -> list[Planned]:
     return [Planned(e.name, dict(e.options), n, e.parser) for e, n in zip(entries, counts)]
 
 
-def val_plan(cfg: Any) -> list[Planned]:
-    """The validation envs, each with its validation groups (default: the training envs, ``rollout.n_val_groups``)."""
+def val_plan(cfg: Any, train: Sequence[Planned] | None = None) -> list[Planned]:
+    """The validation envs, each with its validation groups (default: the training envs, ``rollout.n_val_groups``);
+    ``train``: the training plan where the caller has it."""
     n_val = int(cfg.rollout.n_val_groups)
     if not cfg.env.val:
-        return [attrs.evolve(p, n_groups=n_val) for p in train_plan(cfg)]
+        return [attrs.evolve(p, n_groups=n_val) for p in (train_plan(cfg) if train is None else train)]
     entries = list(cfg.env.val)
     _check_names(entries, "env.val")
     return [Planned(e.name, dict(e.options), int(e.n_groups) or n_val, e.parser) for e in entries]
@@ -74,21 +75,17 @@ def env_names(cfg: Any) -> list[str]:
     return list(dict.fromkeys(p.name for p in [*train_plan(cfg), *val_plan(cfg)]))
 
 
-def run_label(cfg: Any) -> str:
-    """The env part of a default run-folder name: the variant, or the training variants joined by '+'."""
-    return "+".join(p.name for p in train_plan(cfg))
-
-
-def check_plan(cfg: Any) -> None:
-    """Every listed variant exists (did-you-mean), its options fit its config class and its parser exists."""
+def check_plan(cfg: Any) -> tuple[list[Planned], list[Planned]]:
+    """Every listed variant exists (did-you-mean), its options fit its config class and its parser exists; returns
+    the training and the validation plan."""
     from ragen.plugins.components import component_config
     from ragen.plugins.loader import get_registry
 
     if not cfg.env.train:  # the one-env form keeps its errors: an unknown name's did-you-mean, env.options.<key>
         component_config(get_registry("env").get(cfg.env.name), cfg.env.options, path="env.options")
-    lists = ([("env.train", train_plan(cfg))] if cfg.env.train else []) + (
-        [("env.val", val_plan(cfg))] if cfg.env.val else []
-    )
+    train = train_plan(cfg)
+    val = val_plan(cfg, train)
+    lists = ([("env.train", train)] if cfg.env.train else []) + ([("env.val", val)] if cfg.env.val else [])
     for where, plan in lists:
         for i, p in enumerate(plan):
             prefix = f"{where}[{i}]"
@@ -102,6 +99,7 @@ def check_plan(cfg: Any) -> None:
                     get_registry("parser").get(p.parser)
                 except Exception as exc:
                     raise ConfigError(f"{prefix}.parser: {exc}") from None
+    return train, val
 
 
 def _check_names(entries: Sequence[Any], where: str) -> None:

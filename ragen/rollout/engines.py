@@ -13,13 +13,16 @@ from ragen.rollout.context import ChatFormat
 from ragen.rollout.expert import ExpertEngine
 
 
-def make_rollout_engine(cfg: Any, module: torch.nn.Module, tokenizer: Any, model_path: str, dtype: Any = "float32"):
+def make_rollout_engine(cfg: Any, module: torch.nn.Module, tokenizer: Any, model_path: str, dtype: Any = "float32",
+                        thinks: bool | None = None):
     """The rollout engine ``cfg.rollout.engine`` names: 'hf' (the trainer's module), 'vllm' (synced and verified) or
-    'expert' (each env's expert answers: scripted, off-policy rollouts for pipeline checks and tests only)."""
+    'expert' (each env's expert answers: scripted, off-policy rollouts for pipeline checks and tests only).
+    ``thinks``: whether the run's parser expects ``<think>`` (the resolved run's; None: read from ``cfg``)."""
     r = cfg.rollout
     name = str(r.engine).lower()
     if name == "expert":
-        fmt = ChatFormat(tokenizer, enable_think=parser_thinks(r.parser, r.parser_options))
+        think = parser_thinks(r.parser, r.parser_options) if thinks is None else thinks
+        fmt = ChatFormat(tokenizer, enable_think=think)
         return ExpertEngine(tokenizer, fmt.eos_id, fmt.enable_think, noise=cfg.warmstart.noise, seed=cfg.trainer.seed)
     if name == "hf":
         from ragen.rollout.hf import HFEngine

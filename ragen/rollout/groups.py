@@ -1,9 +1,10 @@
 """Env groups and seeding (environments.md §1.5).
 
 Train: step s, group g (0-based over all groups, variants in configured order): ``seed = 10000 + s·n_groups + g``.
-Validation: ``seed = 123 + g``, split ``val``. Every member of a group resets with the group's seed and its
-``rollout_index`` 0..group_size−1, so members share the initial state. Env instances are a pool created once and
-reused at every step; ``close()`` releases them.
+Validation: ``seed = 123 + g``, split ``val``. The rules are ``SeedRule``s (ragen/envs/resolved.py); a pool takes
+another as ``seeds`` (an eval's levels per env, the warm start's demonstrations). Every member of a group resets
+with the group's seed and its ``rollout_index`` 0..group_size−1, so members share the initial state. Env instances
+are a pool created once and reused at every step; ``close()`` releases them.
 """
 
 from __future__ import annotations
@@ -14,21 +15,18 @@ from typing import Any
 import attrs
 
 from ragen.contract.env import SPLITS, Env
+from ragen.envs.resolved import TRAIN_SEED_BASE, VAL_SEED_BASE, train_seeds, val_seeds  # noqa: F401 (the bases: re-exported)
 from ragen.errors import ConfigError
-
-TRAIN_SEED_BASE = 10_000
-VAL_SEED_BASE = 123
 
 
 def train_seed(step: int, group: int, n_groups: int, levels: int = 0) -> int:
     """Seed of training group ``group`` at ``step``: a fresh level every time, or with ``levels`` > 0 one of the
     first ``levels`` training levels in turn (``levels=1`` pins every group to one level: the overfitting check)."""
-    index = step * n_groups + group
-    return TRAIN_SEED_BASE + (index % levels if levels > 0 else index)
+    return train_seeds(n_groups, levels)(step, group)
 
 
 def val_seed(group: int) -> int:
-    return VAL_SEED_BASE + group
+    return val_seeds()(0, group)
 
 
 @attrs.frozen
@@ -76,7 +74,9 @@ class EnvGroups:
         factory: Callable[[str, dict], Env] = default_factory,
         shard: tuple[int, int] = (0, 1),
         levels: int = 0,
+        seeds: Callable[[int, int], int] | None = None,
     ):
+        """``seeds(step, group)``: the level each group plays (default: the split's rule, ``levels`` for training)."""
         if isinstance(specs, str):
             specs = [GroupSpec(specs, int(n_groups or 1), dict(options or {}))]
         if split not in SPLITS:
@@ -89,6 +89,7 @@ class EnvGroups:
         self.levels = int(levels)
         rank, world = shard
         self._total = sum(s.n_groups for s in self.specs)
+        self.seeds = seeds or (train_seeds(self._total, self.levels) if split == "train" else val_seeds())
         # data-parallel ranks own whole groups: group g belongs to rank g mod world (groups are never split)
         self._envs: dict[int, list[Env]] = {}  # global group index -> members
         self._names: dict[int, str] = {}
@@ -123,9 +124,7 @@ class EnvGroups:
         return [e for group in self._envs.values() for e in group]
 
     def seed_of(self, step: int, group: int) -> int:
-        if self.split == "train":
-            return train_seed(step, group, self.n_groups, self.levels)
-        return val_seed(group)
+        return self.seeds(step, group)
 
     def slots(self, step: int = 0) -> list[EnvSlot]:
         """This step's episodes, group by group, members in order (validation seeds do not depend on ``step``)."""

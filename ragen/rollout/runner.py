@@ -33,6 +33,7 @@ from ragen.contract.trajectory import (
 )
 from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.envs.prompt import reward_text, system_prompt, turn_text
+from ragen.envs.resolved import ResolvedRun, env_parsers
 from ragen.errors import ConfigError
 from ragen.log import log
 from ragen.plugins.components import make_component, parser_thinks
@@ -451,19 +452,29 @@ class Rollout:
     """
 
     def __init__(self, engine: RolloutEngine, tokenizer: Any, cfg: Any, parser: Callable[[str], Parsed] | None = None,
-                 factory: Callable[[str, dict], Any] | None = None, shard: tuple[int, int] = (0, 1)):
+                 factory: Callable[[str, dict], Any] | None = None, shard: tuple[int, int] = (0, 1),
+                 run: ResolvedRun | None = None):
+        """``run``: the run's resolved plans, parsers and seed rules (a trainer's); without it they come from
+        ``cfg`` here (a handle built from a bare config, whose envs need not be registered)."""
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
         r = cfg.rollout
-        thinks = parser_thinks(r.parser, getattr(r, "parser_options", None))
+        if run is None:
+            from ragen.envs.env_lists import train_plan, val_plan
+
+            train, self._val_plan = train_plan(cfg), val_plan(cfg)
+            thinks = parser_thinks(r.parser, getattr(r, "parser_options", None))
+            own_parsers = env_parsers([*train, *self._val_plan])
+            self._seeds: dict[str, Any] = {}
+        else:
+            train, self._val_plan, thinks, own_parsers = run.train_plan, run.val_plan, run.thinks, run.env_parsers
+            self._seeds = {"train": run.train_seeds, "val": run.val_seeds}
         self.chat_format = ChatFormat(tokenizer, enable_think=thinks)
         # envs declaring concurrency='process' are built in worker processes when env_workers > 1 (stepping.py)
         self._pooled = PooledFactory(factory or default_factory, int(getattr(r, "env_workers", 1) or 1))
         self._factory = {"factory": self._pooled, "shard": shard}
-        from ragen.envs.env_lists import train_plan, val_plan
-
-        train, self._val_plan = train_plan(cfg), val_plan(cfg)
         self.settings = RolloutSettings(
-            chat_format=self.chat_format, parser=parser, parsers=self._env_parsers([*train, *self._val_plan]),
+            chat_format=self.chat_format, parser=parser,
+            parsers={name: (p, ChatFormat(tokenizer, enable_think=t)) for name, (p, t) in own_parsers.items()},
             max_model_len=int(r.max_model_len), compat=getattr(r, "compat", "") or None,
             prompt=str(getattr(r, "prompt", "full")),
             format_penalty=float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY)),
@@ -476,23 +487,15 @@ class Rollout:
         self.specs = [GroupSpec(p.name, p.n_groups, dict(p.options)) for p in train]
         self.spec = self.specs[0]
         self.train_groups = EnvGroups(self.specs, group_size=int(r.group_size),
-                                      levels=int(getattr(r, "train_levels", 0)), **self._factory)
+                                      levels=int(getattr(r, "train_levels", 0)), seeds=self._seeds.get("train"),
+                                      **self._factory)
         self._val_groups: EnvGroups | None = None
-
-    def _env_parsers(self, plan: list) -> dict[str, tuple[Callable[[str], Parsed], ChatFormat]]:
-        """(parser, chat format) of the envs of ``plan`` that name their own parser."""
-        out = {}
-        for p in plan:
-            if p.parser and p.name not in out:
-                out[p.name] = (make_component("parser", p.parser),
-                               ChatFormat(self.tokenizer, enable_think=parser_thinks(p.parser)))
-        return out
 
     @property
     def val_groups(self) -> EnvGroups:
         if self._val_groups is None:
             specs = [GroupSpec(p.name, p.n_groups, dict(p.options)) for p in self._val_plan]
-            self._val_groups = EnvGroups.validation(specs, **self._factory)
+            self._val_groups = EnvGroups.validation(specs, seeds=self._seeds.get("val"), **self._factory)
         return self._val_groups
 
     def _run(self, groups: EnvGroups, step: int, sampling: SamplingParams, policy_version: int,
@@ -514,7 +517,7 @@ class Rollout:
         before/after comparison of a run (ragen/runs/paired.py). Its own pool, closed after the pass: it runs twice
         per run."""
         specs = [GroupSpec(p.name, int(n_levels), dict(p.options)) for p in self._val_plan]
-        with EnvGroups.validation(specs, **self._factory) as groups:
+        with EnvGroups.validation(specs, seeds=self._seeds.get("val"), **self._factory) as groups:
             return self._run(groups, 0, SamplingParams(temperature=0.0, top_p=1.0), policy_version, progress=progress)
 
     def close(self) -> None:

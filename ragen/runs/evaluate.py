@@ -7,11 +7,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from ragen.envs.resolved import val_seeds
 from ragen.log import progress as progress_bar
 from ragen.models.distributed import pick_device
 from ragen.plugins.components import make_component, parser_thinks
 from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, HFEngine, RolloutSettings, SamplingParams, run_rollout
 from ragen.rollout.runner import rollout_metrics
+from ragen.runs.report import STATE_KEYS
 
 
 def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups: int = 64, temperature: float = 0.5,
@@ -32,11 +34,14 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
     engine = HFEngine(policy, tokenizer)
     fmt = ChatFormat(tokenizer, enable_think=parser_thinks(parser, parser_options))
     specs = [GroupSpec(n, n_groups, {**(options or {}), **(env_options or {}).get(n, {})}) for n in names]
-    groups = EnvGroups(specs, group_size=k, split="val")
-    groups.seed_of = lambda step, g: 123 + g % n_groups  # type: ignore[method-assign]  # each env: seeds 123.., k members
+    # each env plays seeds 123.. (its groups, laid out env by env), k members per seed
+    groups = EnvGroups(specs, group_size=k, split="val", seeds=val_seeds(per_env=n_groups))
+    settings = RolloutSettings(parser=make_component("parser", parser, **(parser_options or {})),
+                               max_model_len=max_model_len, chat_format=fmt, prompt=prompt)
     try:
         with progress_bar(0, 0, progress, desc="eval", unit="turn") as bar:
-            res = run_rollout(engine, groups, SamplingParams(temperature=temperature, seed=seed), RolloutSettings(parser=make_component("parser", parser, **(parser_options or {})), max_model_len=max_model_len, chat_format=fmt, prompt=prompt), progress=bar)
+            res = run_rollout(engine, groups, SamplingParams(temperature=temperature, seed=seed), settings,
+                              progress=bar)
     finally:
         groups.close()
     failed = _failed_by_env(res.errors, names)
@@ -68,10 +73,6 @@ def _summary(trajs: list, k: int, failed: int) -> dict:
     return {"success_rate": m["success"], "reward_mean": m["score"], "valid_format_rate": m["valid_format_rate"],
             f"pass@{k}": sum(any(v) for v in by_group.values()) / max(len(by_group), 1), "failed_envs": failed,
             **{key: m[key] for key in STATE_KEYS if key in m}, "levels": len(by_group)}
-
-
-#: the state-dependence metrics of ``rollout_metrics`` an eval reports (absent where the env's expert cannot judge)
-STATE_KEYS = ("optimal_action_rate", "optimal_action_chance", "judged_actions", "distinct_first_answers")
 
 
 def state_line(m: dict) -> str | None:

@@ -12,7 +12,7 @@ import attrs
 
 from ragen import config as config_mod
 from ragen.config import RunConfig
-from ragen.envs.env_lists import run_label
+from ragen.envs.resolved import ResolvedRun, as_resolved, resolve_run
 from ragen.errors import ConfigError, Interrupted, RagenError
 from ragen.log import configure_logging, log, progress
 from ragen.models import distributed as dp
@@ -21,14 +21,18 @@ from ragen.train.runlog import REDACTED
 from ragen.train.trainer import Trainer
 
 
-def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool | None = None) -> Path:
-    """Run (or resume) a training run; returns the run folder. ``warmstart`` True/False overrides ``warmstart.mode``."""
+def train(run: ResolvedRun | RunConfig | None, resume: Path | None = None, warmstart: bool | None = None) -> Path:
+    """Run (or resume) a training run; returns the run folder. ``run``: the resolved run (the CLI resolves it when it
+    checks the config; a ``RunConfig`` is resolved here), None with ``resume``. ``warmstart`` True/False overrides
+    ``warmstart.mode``."""
     configure_logging()
-    if warmstart is not None and cfg is not None:  # recorded in config.yaml, so a resume or a rerun does the same
-        cfg = attrs.evolve(cfg, warmstart=attrs.evolve(cfg.warmstart, mode="always" if warmstart else "never"))
-    cfg, run_dir = _run_folder(cfg, resume)
-    init_model, warm_metrics = _initial_model(cfg, run_dir, resume is not None)
-    trainer = Trainer(cfg, run_dir, resume=resume is not None, init_model=init_model)
+    run = None if run is None else as_resolved(run)
+    if warmstart is not None and run is not None:  # recorded in config.yaml, so a resume or a rerun does the same
+        cfg = attrs.evolve(run.cfg, warmstart=attrs.evolve(run.cfg.warmstart, mode="always" if warmstart else "never"))
+        run = attrs.evolve(run, cfg=cfg)  # warmstart.mode enters none of the resolved fields
+    run, run_dir = _run_folder(run, resume)
+    init_model, warm_metrics = _initial_model(run, run_dir, resume is not None)
+    trainer = Trainer(run, run_dir, resume=resume is not None, init_model=init_model)
     try:
         _start(trainer, resume is not None, warm_metrics)
         run_steps(trainer)
@@ -38,11 +42,13 @@ def train(cfg: RunConfig | None, resume: Path | None = None, warmstart: bool | N
     return run_dir
 
 
-def new_run_dir(cfg: RunConfig) -> Path:
-    name = cfg.logging.name or f"{run_label(cfg)}-{cfg.algo.name}-{datetime.now():%Y%m%d-%H%M%S}"
+def new_run_dir(run: ResolvedRun) -> Path:
+    cfg = run.cfg
+    name = cfg.logging.name or f"{run.label}-{cfg.algo.name}-{datetime.now():%Y%m%d-%H%M%S}"
     path = Path(cfg.logging.run_dir) / name
     if path.exists() and any(path.iterdir()):
-        raise ConfigError(f"logging.name: run folder {str(path)!r} exists; use `ragen run --resume {path}` or another name")
+        raise ConfigError(f"logging.name: run folder {str(path)!r} exists; use `ragen run --resume {path}` or another "
+                          "name")
     try:  # now, before anything is built: an unwritable place is a one-line config error, not a traceback later
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -51,8 +57,9 @@ def new_run_dir(cfg: RunConfig) -> Path:
     return path
 
 
-def _run_folder(cfg: RunConfig | None, resume: Path | None) -> tuple[RunConfig, Path]:
-    """The config and folder of the run: a resumed run's own, or a new folder that every rank agrees on."""
+def _run_folder(run: ResolvedRun | None, resume: Path | None) -> tuple[ResolvedRun, Path]:
+    """The run and its folder: a resumed run's own config (resolved here), or a new folder that every rank agrees
+    on."""
     if resume is not None:
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
@@ -60,9 +67,9 @@ def _run_folder(cfg: RunConfig | None, resume: Path | None) -> tuple[RunConfig, 
         data = unredact(config_mod.read_file(run_dir / "config.yaml"))
         if isinstance(data.get("rollout"), dict):  # written before rollout.prompt existed: that run saw the full frame
             data["rollout"].setdefault("prompt", "full")
-        return config_mod.load_config(base=data), run_dir
-    dp.init_distributed(dp.pick_device(cfg.trainer.device))  # under a launcher every rank must agree on the folder
-    return cfg, dp.broadcast_object(new_run_dir(cfg) if dp.is_main() else None)
+        return resolve_run(config_mod.load_config(base=data)), run_dir
+    dp.init_distributed(dp.pick_device(run.cfg.trainer.device))  # under a launcher every rank must agree on the folder
+    return run, dp.broadcast_object(new_run_dir(run) if dp.is_main() else None)
 
 
 def unredact(data):
@@ -75,20 +82,20 @@ def unredact(data):
     return data
 
 
-def _initial_model(cfg: RunConfig, run_dir: Path, resume: bool) -> tuple[Path | None, dict]:
+def _initial_model(run: ResolvedRun, run_dir: Path, resume: bool) -> tuple[Path | None, dict]:
     """The warm-started model folder this run starts from (None: ``model.name`` as is) and the warm start's metrics.
 
-    Rank 0 trains it or takes it from the cache (ragen/warmstart/cache.py); the other ranks wait, then load the same folder.
-    A resumed run starts from the copy in its own folder.
+    Rank 0 trains it or takes it from the cache (ragen/warmstart/cache.py); the other ranks wait, then load the same
+    folder. A resumed run starts from the copy in its own folder.
     """
     from ragen.warmstart import cache as warmstart
 
     path = Path(run_dir) / warmstart.RUN_SUBDIR
     if resume:
         return (path if (path / "config.json").is_file() else None), {}
-    if not warmstart.applies(cfg):
+    if not warmstart.applies(run.cfg):
         return None, {}
-    metrics = warmstart.prepare(cfg, run_dir)[1] if dp.is_main() else {}
+    metrics = warmstart.prepare(run, run_dir)[1] if dp.is_main() else {}
     dp.barrier()
     return path, metrics
 
@@ -102,7 +109,7 @@ def _start(trainer: Trainer, resumed: bool, warm_metrics: dict) -> None:
         trainer.writer.truncate_after(start)
         log.info("run_resumed", run_dir=str(run_dir), step=start)
         return
-    log.info("run_started", run_dir=str(run_dir), env=run_label(cfg), algo=cfg.algo.name, model=cfg.model.name)
+    log.info("run_started", run_dir=str(run_dir), env=trainer.run.label, algo=cfg.algo.name, model=cfg.model.name)
     if warm_metrics:
         trainer.writer.metrics(0, warm_metrics)
     val = trainer.validate()
@@ -163,7 +170,8 @@ def _show(trainer: Trainer, bar, metrics: dict, last: bool) -> None:
 
 
 def _finish(trainer: Trainer) -> None:
-    """Export the final model, unless Ctrl-C stopped the run; a run ended by non-finite updates then fails in one line."""
+    """Export the final model, unless Ctrl-C stopped the run; a run ended by non-finite updates then fails in one
+    line."""
     if trainer.interrupted:  # checkpointed, not exported: the run is unfinished
         raise Interrupted(f"interrupted after step {trainer.step_idx}; checkpoint saved, continue with "
                           f"`ragen run --resume {trainer.run_dir}`")

@@ -215,7 +215,8 @@ def regime_plane(curves: dict[str, list[dict]], scheme: str, thresholds: tuple[f
     if h_thr is not None and i_thr is not None:
         ax.axhline(h_thr, color="grey", linestyle="--")
         ax.axvline(i_thr, color="grey", linestyle="--")
-        for x, y, name, ha, va in ((0.99, 0.99, "diverse", "right", "top"), (0.01, 0.99, "template collapse", "left", "top"),
+        for x, y, name, ha, va in ((0.99, 0.99, "diverse", "right", "top"),
+                                   (0.01, 0.99, "template collapse", "left", "top"),
                                    (0.99, 0.01, "compressed", "right", "bottom"),
                                    (0.01, 0.01, "low-entropy collapse", "left", "bottom")):
             ax.text(x, y, name, transform=ax.transAxes, ha=ha, va=va, fontsize=8, color="grey")
@@ -231,17 +232,20 @@ def _regime_now(run: dict) -> str:
 
     steps, codes = plot.series(run["metrics"], "collapse/regime")
     if not steps:
-        return f"{html.escape(run['name'])}: no collapse/regime logged (set collapse.h_threshold and collapse.i_threshold)"
+        return (f"{html.escape(run['name'])}: no collapse/regime logged (set collapse.h_threshold and "
+                "collapse.i_threshold)")
     return f"{html.escape(run['name'])}: {REGIMES[int(codes[-1])].replace('_', ' ')} at step {steps[-1]}"
 
 
 def _collapse_html(runs: list[dict], curves: dict[str, list[dict]]) -> str:
     keys = _collapse_keys(curves)
     if not keys:
-        return "<p>No collapse diagnostics in these runs (collapse.enabled=false, or the model does not reason in &lt;think&gt;).</p>"
+        return ("<p>No collapse diagnostics in these runs (collapse.enabled=false, or the model does not reason in "
+                "&lt;think&gt;).</p>")
     cfg = _config(Path(runs[0]["dir"])).get("collapse", {})
+    thresholds = (cfg.get('h_threshold'), cfg.get('i_threshold'))
     planes = "".join(f"<figure class=curve data-metric='{html.escape(s)}/regime'>"
-                     f"{plot.to_svg(regime_plane(curves, s, (cfg.get('h_threshold'), cfg.get('i_threshold'))))}</figure>"
+                     f"{plot.to_svg(regime_plane(curves, s, thresholds))}</figure>"
                      for s in sorted({k.split('/')[0] for k in keys}))
     table = "".join(f"<tr><th>{h}</th><td>{a}</td><td>{b}</td></tr>" for h, a, b in REGIME_TABLE)
     regimes = "".join(f"<li>{_regime_now(r)}</li>" for r in runs if r["metrics"])
@@ -249,7 +253,9 @@ def _collapse_html(runs: list[dict], curves: dict[str, list[dict]]) -> str:
             f"<ul>{regimes}</ul><div class=grid>{_panels(curves, keys)}{planes}</div>")
 
 
-# ---- state dependence (issue 24) -------------------------------------------------------------------------------------
+# ---- state dependence -----------------------------------------------------------------------------------------------
+#: the state-dependence metrics ``rollout_metrics`` writes (ragen.rollout.runner.state_dependence; absent where the
+#: env's expert cannot judge actions): the one list, which ``ragen eval`` and the end-of-run summary read too
 STATE_KEYS = ("optimal_action_rate", "optimal_action_chance", "judged_actions", "distinct_first_answers")
 
 
@@ -273,7 +279,8 @@ def state_rows(run: dict) -> list[tuple[str, dict]]:
     envs = sorted({k.split("/")[1] for k in last if k.startswith("val/") and k.count("/") == 2
                    and k.endswith("/distinct_first_answers")})
     rows = [(f"step {last['step']}", _state_of(last, "val/"))]
-    return rows + [(f"step {last['step']} {e}", st) for e in envs if len(envs) > 1 and (st := _state_of(last, f"val/{e}/"))]
+    return rows + [(f"step {last['step']} {e}", st) for e in envs
+                   if len(envs) > 1 and (st := _state_of(last, f"val/{e}/"))]
 
 
 def verdict(st: dict) -> str:
@@ -299,9 +306,11 @@ def _state_html(runs: list[dict]) -> str:
         return "-" if x is None else f"{100 * x:.1f}%" if pct else f"{int(x)}"
 
     body = "".join(f"<tr><td>{html.escape(n)}</td><td>{html.escape(lb)}</td>"
-                   f"<td class=num>{num(st['optimal_action_rate'])}</td><td class=num>{num(st['optimal_action_chance'])}</td>"
+                   f"<td class=num>{num(st['optimal_action_rate'])}</td>"
+                   f"<td class=num>{num(st['optimal_action_chance'])}</td>"
                    f"<td class=num>{num(st['judged_actions'], False)}</td>"
-                   f"<td class=num>{num(st['distinct_first_answers'], False)}</td><td>{html.escape(verdict(st))}</td></tr>"
+                   f"<td class=num>{num(st['distinct_first_answers'], False)}</td>"
+                   f"<td>{html.escape(verdict(st))}</td></tr>"
                    for n, lb, st in rows)
     table = ("<table class=state><tr><th>run</th><th>validation</th><th>optimal moves</th><th>chance</th>"
              f"<th>judged actions</th><th>distinct first answers</th><th>verdict</th></tr>{body}</table>")
@@ -331,7 +340,8 @@ def _paired_html(runs: list[dict]) -> str:
         f"<td class=num>{pct(p['paired/success_before'])}</td><td class=num>{pct(p['paired/success_after'])}</td>"
         f"<td class=num>{100 * p['paired/change']:+.1f}</td><td class=num>{100 * p['paired/se']:.1f}</td>"
         f"<td class=num>{p['paired/z']:.2f}</td><td class=num>{int(p['paired/discordant_better'])} / "
-        f"{int(p['paired/discordant_worse'])}</td><td class=num>{pct(p.get('paired/optimal_action_rate_before'))} &rarr; "
+        f"{int(p['paired/discordant_worse'])}</td>"
+        f"<td class=num>{pct(p.get('paired/optimal_action_rate_before'))} &rarr; "
         f"{pct(p.get('paired/optimal_action_rate_after'))}</td><td>{html.escape(paired_verdict(p['paired/z']))}</td></tr>"
         for n, p in rows)
     return ("<table class=paired><tr><th>run</th><th>levels</th><th>greedy success before</th><th>after</th>"
@@ -370,7 +380,8 @@ def render(runs: list[dict]) -> str:
         "GENERATED": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "RUNS": "".join(f"<li><code>{html.escape(r['dir'])}</code> ({len(r['metrics'])} metric rows, "
                         f"{len(r['trajectories'])} trajectories)</li>" for r in runs),
-        "CURVES": _panels(curves, metrics) if metrics else "<p>No training curves (an eval folder, or no step trained yet).</p>",
+        "CURVES": (_panels(curves, metrics) if metrics
+                   else "<p>No training curves (an eval folder, or no step trained yet).</p>"),
         "COLLAPSE": _collapse_html(runs, curves) if curves else "<p>No training metrics.</p>",
         "STATE": _state_html(runs),
         "PAIRED": _paired_html(runs),

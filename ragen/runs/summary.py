@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ragen.runs import report
 from ragen.runs.plot import read_jsonl
 
-#: validation metrics that say whether the policy reads its state (ragen.rollout.runner.state_dependence)
-STATE_KEYS = ("optimal_action_rate", "optimal_action_chance", "distinct_first_answers")
+#: the validation metrics that say whether the policy reads its state, as the summary (and the learning bench's rows)
+#: give them: the rates and the first answers; the count of judged actions only sizes the report's verdict
+STATE_KEYS = tuple(k for k in report.STATE_KEYS if k != "judged_actions")
 
 
 def _se(p: float, n: float) -> float:
@@ -35,7 +37,8 @@ def run_summary(run_dir: str | Path) -> dict:
         "warmstart": bool(warm),
         "warmstart_cached": bool(warm.get("warmstart/cached", 0.0)),
         "demo_success": warm.get("sft/demo_success"),
-        "first_step_valid_format_rate": next((r.get("rollout/valid_format_rate") for r in rows if r["step"] == 1), None),
+        "first_step_valid_format_rate": next((r.get("rollout/valid_format_rate") for r in rows if r["step"] == 1),
+                                             None),
     }
     for name, row in (("before", before), ("after", after)):
         if row is not None:
@@ -104,7 +107,8 @@ def _state_lines(s: dict) -> list[str]:
         v = s.get(name) or {}
         parts = []
         if v.get("optimal_action_rate") is not None:
-            parts.append(f"optimal moves {_pct(v['optimal_action_rate'])} (chance {_pct(v.get('optimal_action_chance'))})")
+            parts.append(f"optimal moves {_pct(v['optimal_action_rate'])} "
+                         f"(chance {_pct(v.get('optimal_action_chance'))})")
         if v.get("distinct_first_answers") is not None:
             parts.append(f"{int(v['distinct_first_answers'])} distinct first answers over {int(v['n'])} episodes")
         if parts:

@@ -17,14 +17,13 @@ import attrs
 import numpy as np
 import torch
 
-from ragen import config as config_mod
 from ragen.config import RunConfig
 from ragen.contract.algorithm import AlgorithmPreset
-from ragen.envs.env_lists import check_plan, env_names, train_plan
+from ragen.envs.resolved import ResolvedRun, as_resolved
 from ragen.errors import ConfigError
 from ragen.log import log
 from ragen.models import distributed as dp
-from ragen.plugins.components import component_config, make_component, parser_thinks
+from ragen.plugins.components import make_component
 from ragen.plugins.loader import get_registry
 from ragen.rollout.engines import make_rollout_engine
 from ragen.train import provenance
@@ -35,16 +34,6 @@ from ragen.train.runlog import NullWriter, RunWriter
 from ragen.train.update import Updater
 
 BUILTIN_ACTOR_LR = 1e-4  #: docs/models.md: the RL rate measured for the warm-started built-in models
-
-
-def resolve_preset(cfg: RunConfig) -> AlgorithmPreset:
-    """The algorithm preset named by ``algo.name`` with ``algo.options`` applied on top."""
-    item = get_registry("algorithm").get(cfg.algo.name)
-    preset = item.factory
-    if cfg.algo.options:
-        data = {**config_mod.converter.unstructure(preset), **cfg.algo.options}
-        preset = config_mod.structure(AlgorithmPreset, data, path="algo.options")
-    return preset
 
 
 def actor_lr(cfg: RunConfig) -> float:
@@ -66,6 +55,7 @@ def seed_everything(seed: int) -> None:
 class Parts:
     """Everything a ``Trainer`` runs, built by ``build``."""
 
+    run: ResolvedRun  #: the run, resolved once (``ragen.envs.resolved``)
     device: torch.device
     dtype: torch.dtype
     rank: int
@@ -90,63 +80,63 @@ class Parts:
     writer: Any  #: the run folder's writer (rank 0), else a NullWriter
 
 
-def build(cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path | None = None) -> Parts:
+def build(run: ResolvedRun | RunConfig, run_dir: Path, resume: bool = False, init_model: Path | None = None) -> Parts:
     """A run's parts; ``init_model`` (a warm-started folder) replaces ``model.name``."""
     from ragen.models.load import resolve_dtype
 
+    run = as_resolved(run)
+    cfg = run.cfg
     device = dp.pick_device(cfg.trainer.device)
     dp.set_threads(cfg.trainer.threads)  # before any torch work: rollout and update share it
     dtype = resolve_dtype(cfg.model.dtype, str(device))
     seed_everything(cfg.trainer.seed)
-    preset, env_configs, estimator, filters, shapers, parser, gate = _components(cfg)
+    preset, env_configs, estimator, filters, shapers, parser, gate = _components(run)
     dp.init_distributed(device)
     rank, world = dp.rank(), dp.world_size()
-    model, tokenizer, source = _policy_model(cfg, run_dir, device, dtype, init_model)
+    model, tokenizer, source = _policy_model(run, run_dir, device, dtype, init_model)
     lora = cfg.model.lora_rank > 0
     actor = dp.make_engine(model, lr=actor_lr(cfg), **_engine_options(cfg, dtype))
     critic = _critic(cfg, source, device, dtype, lora) if preset.use_critic else None
-    engine = make_rollout_engine(cfg, actor.module, tokenizer, source.path, dtype)
+    engine = make_rollout_engine(cfg, actor.module, tokenizer, source.path, dtype, thinks=run.thinks)
     reference = copy.deepcopy(model).eval().requires_grad_(False) if preset.needs_reference and not lora else None
     policy = Policy(cfg, preset, actor, critic, reference, lora)
     updater = Updater(cfg, preset, policy, env_configs, run_dir, world, actor_lr(cfg))
-    early_stop, collapse = EarlyStopper(cfg.early_stop), _collapse(cfg, tokenizer)
+    early_stop, collapse = EarlyStopper(cfg.early_stop), _collapse(run, tokenizer)
     writer = _writer(cfg, run_dir, resume, device)
-    return Parts(device=device, dtype=dtype, rank=rank, world=world, preset=preset, estimator=estimator,
+    return Parts(run=run, device=device, dtype=dtype, rank=rank, world=world, preset=preset, estimator=estimator,
                  filters=filters, gate=gate, shapers=shapers, tokenizer=tokenizer, model_source=source,
                  lora=lora, actor=actor,
                  critic=critic, reference=reference, engine=engine, policy=policy, updater=updater,
-                 rollout=_rollout(cfg, engine, tokenizer, parser, rank, world), early_stop=early_stop,
+                 rollout=_rollout(run, engine, tokenizer, parser, rank, world), early_stop=early_stop,
                  collapse=collapse, writer=writer)
 
 
-def _components(cfg: RunConfig) -> tuple:
+def _components(run: ResolvedRun | RunConfig) -> tuple:
     """The preset, the training envs' configs, the estimator, filters, shapers, parser and the success gate, by
     name."""
-    preset = resolve_preset(cfg)
-    check_plan(cfg)  # every train/val env exists and takes its options
-    envs = {p.name: get_registry("env").get(p.name) for p in train_plan(cfg)}
-    env_configs = [component_config(envs[p.name], p.options, path="env.options") for p in train_plan(cfg)]
+    run = as_resolved(run)
+    preset, envs, env_configs = run.preset, run.envs, list(run.env_configs)
     estimator = make_component("estimator", preset.estimator, **preset.estimator_options)
     filters = [make_component("filter", name, **opts) for name, opts in
                ((preset.pre_filter, preset.pre_filter_options), (preset.filter, preset.filter_options)) if name]
     shapers = [make_component("shaper", name, **preset.shaper_options.get(name, {})) for name in preset.shapers]
-    parser = make_component("parser", cfg.rollout.parser, **cfg.rollout.parser_options)
+    parser = run.parser
     if preset.use_critic is False and get_registry("estimator").get(preset.estimator).needs_critic:
         raise ConfigError(f"algo.options.use_critic: the {preset.estimator} estimator needs a critic")
     gate = make_gate(preset, {name: item.factory for name, item in envs.items()})
     return preset, env_configs, estimator, filters, shapers, parser, gate
 
 
-def _policy_model(cfg: RunConfig, run_dir: Path, device: torch.device, dtype: torch.dtype, init_model: Path | None):
+def _policy_model(run: ResolvedRun, run_dir: Path, device: torch.device, dtype: torch.dtype, init_model: Path | None):
     """The policy model (LoRA adapters added when asked), its tokenizer and its source; under a launcher rank 0 writes
     the model source first, the other ranks then read it."""
     from ragen.models.load import load_model_and_tokenizer, resolve_model
 
-    source_dir = run_dir / "model-source"
+    cfg, source_dir = run.cfg, run_dir / "model-source"
     if not dp.is_main():
         dp.barrier()
     model_name = str(init_model) if init_model is not None else cfg.model.name  # a warm start replaces the model
-    model, tokenizer = load_model_and_tokenizer(model_name, source_dir, env_names(cfg),
+    model, tokenizer = load_model_and_tokenizer(model_name, source_dir, list(run.env_names),
                                                 dtype=str(dtype).removeprefix("torch."), device=str(device),
                                                 attn_implementation=cfg.model.attn_implementation)
     if dp.is_main():
@@ -155,7 +145,7 @@ def _policy_model(cfg: RunConfig, run_dir: Path, device: torch.device, dtype: to
         from ragen.models.lora import add_policy_adapters
 
         model = add_policy_adapters(model, cfg.model)
-    return model, tokenizer, resolve_model(model_name, source_dir, env_names(cfg))
+    return model, tokenizer, resolve_model(model_name, source_dir, list(run.env_names))
 
 
 def _engine_options(cfg: RunConfig, dtype: torch.dtype) -> dict:
@@ -176,18 +166,19 @@ def _critic(cfg: RunConfig, source, device: torch.device, dtype: torch.dtype, lo
     return dp.make_engine(value_model, lr=cfg.trainer.critic_lr, **_engine_options(cfg, dtype))
 
 
-def _rollout(cfg: RunConfig, engine, tokenizer, parser, rank: int, world: int):
+def _rollout(run: ResolvedRun, engine, tokenizer, parser, rank: int, world: int):
     from ragen.rollout import Rollout
 
-    return Rollout(engine, tokenizer, cfg, parser, shard=(rank, world))
+    return Rollout(engine, tokenizer, run.cfg, parser, shard=(rank, world), run=run)
 
 
-def _collapse(cfg: RunConfig, tokenizer):
+def _collapse(run: ResolvedRun, tokenizer):
     """V2 collapse diagnostics, when enabled, the model reasons in <think> and sees the whole history (§9.1: full
     context mode; a history window packs several prompts per row, which the X/Z extraction does not read)."""
     from ragen.train.collapse import CollapseDiagnostics
 
-    if not cfg.collapse.enabled or not parser_thinks(cfg.rollout.parser, cfg.rollout.parser_options):
+    cfg = run.cfg
+    if not cfg.collapse.enabled or not run.thinks:
         return None
     if cfg.rollout.max_context_window:
         log.info("collapse_disabled", reason="rollout.max_context_window packs per-turn prompts")

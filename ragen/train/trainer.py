@@ -33,9 +33,12 @@ class StepResult:
 class Trainer:
     """Builds the engines and components of a run, then runs steps, validation and checkpoints."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, resume: bool = False, init_model: Path | None = None):
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-        parts = setup.build(cfg, self.run_dir, resume=resume, init_model=init_model)
+    def __init__(self, run: setup.ResolvedRun | RunConfig, run_dir: Path, resume: bool = False,
+                 init_model: Path | None = None):
+        """``run``: the resolved run (``ragen.envs.resolved``); a ``RunConfig`` is resolved by ``setup.build``."""
+        self.run_dir = Path(run_dir)
+        parts = setup.build(run, self.run_dir, resume=resume, init_model=init_model)
+        self.run, self.cfg = parts.run, parts.run.cfg
         self.device, self.dtype, self.rank, self.world = parts.device, parts.dtype, parts.rank, parts.world
         # components, by name, from the registries
         self.preset, self.estimator = parts.preset, parts.estimator

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ragen.config import RunConfig, to_dict
-from ragen.envs.env_lists import run_label
+from ragen.envs.resolved import ResolvedRun, as_resolved
 from ragen.log import log
 
 #: bump when the warm-start procedure changes what it produces for the same inputs
@@ -41,22 +41,24 @@ def applies(cfg: RunConfig, flag: bool | None = None) -> bool:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("RAGEN_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragen"
+    base = (os.environ.get("RAGEN_CACHE_DIR")
+            or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragen")
     return Path(base) / "warmstart"
 
 
-def key_inputs(cfg: RunConfig) -> dict:
+def key_inputs(run: ResolvedRun | RunConfig) -> dict:
     """Everything the warm-started weights depend on (and nothing else: not the algorithm, not the RL settings)."""
     from ragen.plugins.loader import get_registry
     from ragen.train.provenance import resolved_options
 
+    cfg = run.cfg if isinstance(run, ResolvedRun) else run
     item = get_registry("env").get(cfg.env.name)
     warm = {k: v for k, v in to_dict(cfg.warmstart).items() if k not in ("mode", "cache")}
     out = {
         "cache_version": CACHE_VERSION,
         "env": cfg.env.name,
-        "env_options": resolved_options("env", cfg.env.name, cfg.env.options),  # a rerun from a run's config.yaml, which
-        # lists every option, finds the same entry as the run it copies
+        # a rerun from a run's config.yaml, which lists every option, finds the same entry as the run it copies
+        "env_options": resolved_options("env", cfg.env.name, cfg.env.options),
         "env_plugin": [item.dist, _version(item.dist)],
         "ragen": _version("ragen"),
         "model": to_dict(cfg.model),
@@ -68,25 +70,22 @@ def key_inputs(cfg: RunConfig) -> dict:
     if cfg.rollout.prompt != "full":  # the compact frame (a full-frame entry keeps its key from before styles existed)
         out["prompt"] = cfg.rollout.prompt
     if cfg.env.train or cfg.env.val:  # env lists (issue 14); the one-env form keeps its keys, so its cache entries
-        out["env_lists"] = _env_lists_key(cfg)
+        out["env_lists"] = _env_lists_key(as_resolved(run))
     return out
 
 
-def _env_lists_key(cfg: RunConfig) -> dict:
+def _env_lists_key(run: ResolvedRun) -> dict:
     """What env lists change in a warm start: the demos' envs and shares (the training plan) and the tokenizer
     corpus of a built-in model (every train and val env)."""
-    from ragen.envs.env_lists import env_names, train_plan
-    from ragen.plugins.loader import get_registry
-
     train = []
-    for p in train_plan(cfg):
-        dist = get_registry("env").get(p.name).dist
+    for p in run.train_plan:
+        dist = run.envs[p.name].dist
         train.append([p.name, p.options, p.n_groups, p.parser, dist, _version(dist)])
-    return {"train": train, "corpus": env_names(cfg)}
+    return {"train": train, "corpus": list(run.env_names)}
 
 
-def cache_key(cfg: RunConfig) -> str:
-    blob = json.dumps(key_inputs(cfg), sort_keys=True, default=str)
+def cache_key(run: ResolvedRun | RunConfig) -> str:
+    blob = json.dumps(key_inputs(run), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
@@ -99,22 +98,23 @@ def _version(dist: str) -> str:
         return "unknown"
 
 
-def prepare(cfg: RunConfig, run_dir: Path) -> tuple[Path, dict]:
+def prepare(run: ResolvedRun | RunConfig, run_dir: Path) -> tuple[Path, dict]:
     """The warm-started model for this run, copied into ``run_dir/model-source/warmstart``; ``(path, metrics)``.
 
     Taken from the cache when an entry with this run's key exists (and ``warmstart.cache`` is on), else trained and
     then stored. The metrics are those of the fine-tune that produced the weights, plus ``warmstart/cached``.
     """
-    key = cache_key(cfg)
+    run = as_resolved(run)
+    cfg, key = run.cfg, cache_key(run)
     dest = Path(run_dir) / RUN_SUBDIR
     entry = cache_root() / key
     cached = cfg.warmstart.cache and (entry / INFO_FILE).is_file()
     if cached:
         log.info("warmstart_cached", key=key, path=str(entry), note="reusing the cached warm-started model")
     else:
-        log.info("warmstart_started", key=key, env=run_label(cfg), episodes=cfg.warmstart.episodes,
+        log.info("warmstart_started", key=key, env=run.label, episodes=cfg.warmstart.episodes,
                  epochs=cfg.warmstart.epochs, note="one-time: fine-tunes the model on expert demos, then caches it")
-        built = _train(cfg, dest.parent / "warmstart-build")
+        built = _train(run, dest.parent / "warmstart-build")
         if cfg.warmstart.cache:
             _store(built, entry)
             log.info("warmstart_saved", key=key, path=str(entry))
@@ -129,16 +129,16 @@ def prepare(cfg: RunConfig, run_dir: Path) -> tuple[Path, dict]:
     return dest, {**info["metrics"], "warmstart/cached": float(cached)}
 
 
-def _train(cfg: RunConfig, out: Path) -> Path:
-    """Fine-tune ``cfg.model`` on expert demos into ``out`` (a HF model folder plus ``warmstart.json``)."""
+def _train(run: ResolvedRun, out: Path) -> Path:
+    """Fine-tune the run's model on expert demos into ``out`` (a HF model folder plus ``warmstart.json``)."""
     from ragen.warmstart.sft import warm_start_model
 
     t0 = time.perf_counter()
     if out.exists():
         shutil.rmtree(out)
-    metrics = warm_start_model(cfg, out)
+    metrics = warm_start_model(run, out)
     metrics["timing/warmstart_s"] = time.perf_counter() - t0
-    (out / INFO_FILE).write_text(json.dumps({"key": cache_key(cfg), "inputs": key_inputs(cfg), "metrics": metrics},
+    (out / INFO_FILE).write_text(json.dumps({"key": cache_key(run), "inputs": key_inputs(run), "metrics": metrics},
                                             indent=2, default=str))
     return out
 

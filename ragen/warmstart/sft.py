@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ragen.config import RunConfig
+from ragen.envs.resolved import DEMO_SEED_BASE, ResolvedRun, SeedRule, as_resolved  # the seed bases live together
 from ragen.log import log
 from ragen.log import progress as progress_bar
 from ragen.rollout import EnvGroups, GroupSpec, RolloutSettings, run_rollout
@@ -20,21 +22,21 @@ from ragen.rollout.expert import ExpertEngine
 from ragen.train.batch import collate, micro_batches, mini_batches
 from ragen.train.losses import AggNorm, aggregate, token_logprobs
 
-DEMO_SEED_BASE = 900_000  # disjoint from train (10000 + ...) and validation (123 + g) seeds
-
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,
-                 max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE, progress: bool = False,
-                 prompt: str = "full"):
+                 max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE,
+                 progress: bool = False, prompt: str = "full"):
     """Play ``episodes`` expert episodes (seeds from ``seed_base``, 900000) through the rollout loop; returns the
     rollout result (trajectories and metrics). ``progress``: show a bar of turns played; ``prompt``: the frame's
     style (``rollout.prompt``)."""
     engine = ExpertEngine(tokenizer, chat_format.eos_id, chat_format.enable_think, noise=noise, seed=seed)
-    groups = EnvGroups([GroupSpec(env_name, episodes, dict(options))], group_size=1, split="train")
-    groups.seed_of = lambda step, g: seed_base + g  # type: ignore[method-assign]
+    groups = EnvGroups([GroupSpec(env_name, episodes, dict(options))], group_size=1, split="train",
+                       seeds=SeedRule(seed_base))  # episode g plays seed_base + g, the same at every call
+    settings = RolloutSettings(max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty,
+                               prompt=prompt)
     try:
         with progress_bar(0, 0, progress, desc=f"expert demos ({env_name})", unit="turn") as bar:
-            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=seed), RolloutSettings(max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty, prompt=prompt), progress=bar)
+            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=seed), settings, progress=bar)
     finally:
         groups.close()
     return res
@@ -133,21 +135,22 @@ class TorchOptimizer:
             self.schedule.step()
 
 
-def _run_demos(cfg, tokenizer, fmt):
+def _run_demos(run: ResolvedRun, tokenizer, fmt):
     """Expert demos of every training env: ``warmstart.episodes`` shared in proportion to the envs' groups per step
     (largest remainder; an env whose share is 0 gets none), each env with its own parser's prompt frame."""
-    from ragen.envs.env_lists import apportion, train_plan
-    from ragen.plugins.components import parser_thinks
+    from ragen.envs.env_lists import apportion
     from ragen.rollout import ChatFormat, RolloutResult, rollout_metrics
 
-    w, plan = cfg.warmstart, train_plan(cfg)
+    cfg, plan = run.cfg, run.train_plan
+    w = cfg.warmstart
     results = []
     for p, n in zip(plan, apportion([q.n_groups for q in plan], w.episodes)):
         if n:
-            own = ChatFormat(tokenizer, enable_think=parser_thinks(p.parser)) if p.parser else fmt
+            own = ChatFormat(tokenizer, enable_think=run.env_parsers[p.name][1]) if p.parser else fmt
             results.append(expert_demos(tokenizer, own, p.name, dict(p.options), n, w.noise, w.seed,
                                         cfg.rollout.max_model_len, cfg.trainer.format_penalty,
-                                        progress=cfg.logging.progress, prompt=cfg.rollout.prompt))
+                                        seed_base=run.demo_seeds.base, progress=cfg.logging.progress,
+                                        prompt=run.prompt))
     if len(results) == 1:
         return results[0]
     trajs = [t for r in results for t in r.trajectories]
@@ -166,28 +169,30 @@ def prompt_weight(cfg) -> float:
     return 1.0 if cfg.model.name in BUILTIN_MODELS else 0.0
 
 
-def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict:
-    """Fine-tune ``cfg.model`` on ``cfg.warmstart.episodes`` expert demos of ``cfg.env`` and save it in ``out``.
+def warm_start_model(run: ResolvedRun | RunConfig, out, model_name: str | None = None, stop=None) -> dict:
+    """Fine-tune the run's model on ``warmstart.episodes`` expert demos of its training envs and save it in ``out``
+    (``run``: the resolved run; a ``RunConfig`` is resolved here).
 
     The model is built (or loaded) exactly as a run builds it, trained in float32, and saved as a plain Hugging Face
     folder with its tokenizer; returns the ``sft/*`` metrics. ``model_name`` replaces ``cfg.model.name`` (a folder the
     caller already built). ``stop``: see ``sft`` (the model so far is saved all the same).
     """
-    from ragen.envs.env_lists import env_names
     from ragen.models.distributed import pick_device, set_threads
     from ragen.models.load import load_model_and_tokenizer, save_parser
-    from ragen.plugins.components import parser_thinks
     from ragen.rollout import ChatFormat
 
+    run = as_resolved(run)
+    cfg = run.cfg
     out, w = Path(out), cfg.warmstart
     device = pick_device(cfg.trainer.device)
     set_threads(cfg.trainer.threads)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(w.seed)
-        model, tokenizer = load_model_and_tokenizer(model_name or cfg.model.name, out / "model-source", env_names(cfg), dtype="float32",
-                                                    device=str(device), attn_implementation=cfg.model.attn_implementation)
-        fmt = ChatFormat(tokenizer, enable_think=parser_thinks(cfg.rollout.parser, cfg.rollout.parser_options))
-        demos = _run_demos(cfg, tokenizer, fmt)
+        model, tokenizer = load_model_and_tokenizer(model_name or cfg.model.name, out / "model-source",
+                                                    list(run.env_names), dtype="float32", device=str(device),
+                                                    attn_implementation=cfg.model.attn_implementation)
+        fmt = ChatFormat(tokenizer, enable_think=run.thinks)
+        demos = _run_demos(run, tokenizer, fmt)
         updates = w.epochs * max(1, round(len(demos.trajectories) / w.batch_size))
         opt = TorchOptimizer(model, lr=w.lr, weight_decay=cfg.trainer.weight_decay, grad_clip=cfg.trainer.grad_clip,
                              total_steps=updates)
@@ -198,6 +203,7 @@ def warm_start_model(cfg, out, model_name: str | None = None, stop=None) -> dict
     tokenizer.save_pretrained(out)
     save_parser(out, cfg.rollout.parser, cfg.rollout.parser_options, cfg.rollout.prompt)
     shutil.rmtree(out / "model-source", ignore_errors=True)
-    metrics.update({"sft/demo_success": demos.metrics.get("success", 0.0), "sft/demos": float(len(demos.trajectories))})
+    metrics.update({"sft/demo_success": demos.metrics.get("success", 0.0),
+                    "sft/demos": float(len(demos.trajectories))})
     log.info("warmstart_done", **{k.split("/")[-1]: round(float(v), 4) for k, v in metrics.items()})
     return metrics

@@ -81,5 +81,6 @@ def test_a_run_folder_from_before_prompt_styles_resumes_on_the_full_frame(tmp_pa
     data = to_dict(RunConfig())
     del data["rollout"]["prompt"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(data))
-    cfg, run_dir = _run_folder(None, tmp_path)
+    run, run_dir = _run_folder(None, tmp_path)  # the resumed run's config, resolved
+    cfg = run.cfg
     assert run_dir == tmp_path and cfg.rollout.prompt == "full" and cfg.model.name == "small"
