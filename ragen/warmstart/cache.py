@@ -23,6 +23,11 @@ from pathlib import Path
 from ragen.config import RunConfig, to_dict
 from ragen.envs.env_lists import run_label
 from ragen.log import log
+from ragen.plugins.loader import distribution_version
+
+#: what a key holds for a distribution that is not installed (a checkout on PYTHONPATH): the key's input since the
+#: first cache entries, so such a checkout finds the entries it made before
+NO_VERSION = "unknown"
 
 #: bump when the warm-start procedure changes what it produces for the same inputs
 CACHE_VERSION = 1
@@ -41,7 +46,8 @@ def applies(cfg: RunConfig, flag: bool | None = None) -> bool:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("RAGEN_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragen"
+    base = (os.environ.get("RAGEN_CACHE_DIR")
+            or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragen")
     return Path(base) / "warmstart"
 
 
@@ -55,10 +61,10 @@ def key_inputs(cfg: RunConfig) -> dict:
     out = {
         "cache_version": CACHE_VERSION,
         "env": cfg.env.name,
-        "env_options": resolved_options("env", cfg.env.name, cfg.env.options),  # a rerun from a run's config.yaml, which
-        # lists every option, finds the same entry as the run it copies
-        "env_plugin": [item.dist, _version(item.dist)],
-        "ragen": _version("ragen"),
+        # a rerun from a run's config.yaml, which lists every option, finds the same entry as the run it copies
+        "env_options": resolved_options("env", cfg.env.name, cfg.env.options),
+        "env_plugin": [item.dist, distribution_version(item.dist) or NO_VERSION],
+        "ragen": distribution_version("ragen") or NO_VERSION,
         "model": to_dict(cfg.model),
         "warmstart": warm,
         "parser": cfg.rollout.parser,
@@ -81,22 +87,13 @@ def _env_lists_key(cfg: RunConfig) -> dict:
     train = []
     for p in train_plan(cfg):
         dist = get_registry("env").get(p.name).dist
-        train.append([p.name, p.options, p.n_groups, p.parser, dist, _version(dist)])
+        train.append([p.name, p.options, p.n_groups, p.parser, dist, distribution_version(dist) or NO_VERSION])
     return {"train": train, "corpus": env_names(cfg)}
 
 
 def cache_key(cfg: RunConfig) -> str:
     blob = json.dumps(key_inputs(cfg), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
-
-
-def _version(dist: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def prepare(cfg: RunConfig, run_dir: Path) -> tuple[Path, dict]:
