@@ -1,4 +1,4 @@
-"""HF engine decode paths side by side (issue 25): generated tok/s of ``decode='plain'`` vs ``'static'`` (static KV cache;
+"""HF engine decode paths side by side: generated tok/s of ``decode='plain'`` vs ``'static'`` (static KV cache;
 on CUDA transformers compiles the decoding step with CUDA graphs) vs ``'static-eager'``, and whether they sample the
 same ids under the same seed.
 
@@ -15,7 +15,8 @@ compiled kernels round differently, so ids may part after some tokens).
     # the GPU check (0.49 B random Qwen2, the shape of docs/gpu.md, bf16):
     python bench/gpu_decode.py --model qwen05 --dtype bfloat16 --out bench/results/gpu_decode.json
     # a CPU smoke with the built-in models:
-    OMP_NUM_THREADS=1 python bench/gpu_decode.py --model tiny --groups 2 --group-size 4 --new-tokens 32 --out /tmp/d.json
+    OMP_NUM_THREADS=1 python bench/gpu_decode.py --model tiny --groups 2 --group-size 4 --new-tokens 32 \\
+        --out /tmp/d.json
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def main() -> None:
                          "first_difference_median": sorted(first_diff)[len(first_diff) // 2] if first_diff else None,
                          "compiled_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs}
         print(f"{path:>12}: {results[path]['tok_s']:9.0f} tok/s ({tokens} tokens in {seconds:.2f} s; warm-up "
-              f"{warm_s:.1f} s), rows identical to {args.paths[0]}: {100 * results[path]['ids_identical']:.0f}%", flush=True)
+              f"{warm_s:.1f} s), rows identical to {args.paths[0]}: {100 * results[path]['ids_identical']:.0f}%",
+              flush=True)
     base = results[args.paths[0]]["tok_s"]
     for r in results.values():
         r["speedup"] = r["tok_s"] / base

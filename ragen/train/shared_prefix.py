@@ -1,4 +1,4 @@
-"""The training forward pass with a group's shared prompt run once (issue 13).
+"""The training forward pass with a group's shared prompt run once, so a group pays for its prompt once, not per member.
 
 Every member of a group starts from the same first-turn prompt: in a single-turn env such as countdown that prompt is
 most of each row (about 290 of 350 tokens in ``bench/vs_trl.py``). ``shared_prefix_hidden`` runs the decoder on each
@@ -18,10 +18,12 @@ import torch
 _SHAREABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def prefix_plan(input_ids: torch.Tensor, loss_mask: torch.Tensor, min_saved: int = 16) -> tuple[list[int], list[int]] | None:
+def prefix_plan(input_ids: torch.Tensor, loss_mask: torch.Tensor,
+                min_saved: int = 16) -> tuple[list[int], list[int]] | None:
     """Each row's shared-prefix class and the class prefix lengths, or None when sharing would save fewer than
     ``min_saved`` tokens. A row's prefix is its ids before the token that predicts its first sampled token; rows with
-    equal prefixes (a group's members in one micro-batch) form a class. Rows with no sampled token keep the plain path."""
+    equal prefixes (a group's members in one micro-batch) form a class. Rows with no sampled token keep the plain
+    path."""
     first = loss_mask.gt(0).float().argmax(-1).tolist()
     if not bool(loss_mask.gt(0).any(-1).all()):
         return None
