@@ -8,7 +8,7 @@
 # never be installed beside `openenv` (both provide the `openenv` import package), so the build fails if it is.
 #
 #   bash .ci/openenv-venv.sh                  # build (about 1-2 minutes from a warm pip cache)
-#   .venv-openenv/bin/python -m pytest -m openenv tests/test_openenv.py plugins/ragen-openenv
+#   .venv-openenv/bin/python -m pytest -m openenv tests/serve/test_openenv.py plugins/ragen-openenv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1

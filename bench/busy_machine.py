@@ -59,8 +59,9 @@ def run_cell(extra: list[str], env: dict, work: Path) -> dict:
     rows = [json.loads(line) for line in (run / "r" / "metrics.jsonl").read_text().splitlines()]
     warm = next(r["timing/warmstart_s"] for r in rows if "timing/warmstart_s" in r)
     steps = [r["timing/step_s"] for r in rows if r.get("step", 0) >= 2 and "timing/step_s" in r]
-    lines = proc.stderr.splitlines() + proc.stdout.splitlines()
-    threads = next((line for line in lines if "torch_threads" in line), "")
+    threads = next(
+        (line for line in proc.stderr.splitlines() + proc.stdout.splitlines() if "torch_threads" in line), ""
+    )
     return {"warm_start_s": warm, "rl_step_s": statistics.median(steps), "wall_s": wall, "threads_log": threads.strip()}
 
 
@@ -73,8 +74,9 @@ def main() -> None:
     ap.add_argument("--hogs", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated names from SETTINGS")
-    ap.add_argument("--merge", default="",
-                    help="a JSON this script wrote: its cells are kept and the sweep adds to them")
+    ap.add_argument(
+        "--merge", default="", help="a JSON this script wrote: its cells are kept and the sweep adds to them"
+    )
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "busy_machine.json"))
     args = ap.parse_args()
     names = [n.strip() for n in args.settings.split(",") if n.strip() in SETTINGS]
@@ -115,16 +117,31 @@ def main() -> None:
         for c in ("idle", "busy"):
             ws, rl = med[n][c]["warm_start_s"], med[n][c]["rl_step_s"]
             ws_x, rl_x = ws / med[n]["idle"]["warm_start_s"], rl / med[n]["idle"]["rl_step_s"]
-            rows.append({"setting": n, "condition": c, "warm_start_s": ws, "rl_step_s": rl,
-                         "warm_start_x_own_idle": ws_x, "rl_step_x_own_idle": rl_x,
-                         "warm_start_x_default_idle": ws / ref["warm_start_s"],
-                         "rl_step_x_default_idle": rl / ref["rl_step_s"]})
+            rows.append(
+                {
+                    "setting": n,
+                    "condition": c,
+                    "warm_start_s": ws,
+                    "rl_step_s": rl,
+                    "warm_start_x_own_idle": ws_x,
+                    "rl_step_x_own_idle": rl_x,
+                    "warm_start_x_default_idle": ws / ref["warm_start_s"],
+                    "rl_step_x_default_idle": rl / ref["rl_step_s"],
+                }
+            )
             print(f"{n:<36} {c:<5} {ws:>12.1f} {ws_x:>9.2f} {rl:>10.2f} {rl_x:>9.2f}"
                   f" {ws / ref['warm_start_s']:>7.2f} / {rl / ref['rl_step_s']:.2f}")
-    out = {"benchmark": "busy_machine", "date": str(date.today()),
-           "machine": f"{platform.machine()} cpus={os.cpu_count()}",
-           "hogs": args.hogs, "rounds": args.rounds, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
-           "rows": rows, "cells": cells}
+    out = {
+        "benchmark": "busy_machine",
+        "date": str(date.today()),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+        "hogs": args.hogs,
+        "rounds": args.rounds,
+        "load_avg_before": load_before,
+        "load_avg_after": os.getloadavg(),
+        "rows": rows,
+        "cells": cells,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"\nwrote {args.out}")

@@ -34,21 +34,32 @@ def first_turn_prompts(tok, env: str, n: int) -> list[list[int]]:
 
     prompts: list[list[int]] = []
 
+    eos = [tok.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tok.get_vocab() else [tok.eos_token_id]
+
     class Recorder:  # answers each prompt with EOS at once, keeping the prompts of the first call
-        eos_token_ids = [tok.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tok.get_vocab() else [tok.eos_token_id]
+        eos_token_ids = eos
+        logprobs_exact = False
 
         def generate(self, batch, params):
             if not prompts:
                 prompts.extend(batch)
             return [Generation([self.eos_token_ids[0]], [0.0], "stop") for _ in batch]
 
+        def generate_for_envs(self, envs, batch, params):
+            return self.generate(batch, params)
+
         def sync_weights(self, model):
+            return {}
+
+        def close(self):
             pass
 
     from ragen.rollout import SamplingParams
 
     with EnvGroups(env, group_size=1, n_groups=n) as groups:
-        run_rollout(Recorder(), groups, SamplingParams(temperature=1.0, seed=0), RolloutSettings(chat_format=ChatFormat(tok)))
+        run_rollout(
+            Recorder(), groups, SamplingParams(temperature=1.0, seed=0), RolloutSettings(chat_format=ChatFormat(tok))
+        )
     return prompts[:n]
 
 
@@ -69,6 +80,7 @@ def time_rollout(engine, tok, env: str, groups: int, group_size: int, seed: int)
 
     class Timed:
         eos_token_ids = engine.eos_token_ids
+        logprobs_exact = False
 
         def generate(self, prompts, params):
             t = time.perf_counter()
@@ -76,11 +88,19 @@ def time_rollout(engine, tok, env: str, groups: int, group_size: int, seed: int)
             calls.append((time.perf_counter() - t, sum(len(g.token_ids) for g in out), len(prompts)))
             return out
 
+        def generate_for_envs(self, envs, prompts, params):
+            return self.generate(prompts, params)  # timed
+
         def sync_weights(self, model):
+            return {}
+
+        def close(self):
             pass
 
     with EnvGroups(env, group_size=group_size, n_groups=groups) as pool:
-        res = run_rollout(Timed(), pool, SamplingParams(temperature=1.0, seed=seed), RolloutSettings(chat_format=ChatFormat(tok)))
+        res = run_rollout(
+            Timed(), pool, SamplingParams(temperature=1.0, seed=seed), RolloutSettings(chat_format=ChatFormat(tok))
+        )
     gen_s = sum(c[0] for c in calls)
     tokens = sum(c[1] for c in calls)
     return {"seconds": gen_s, "new_tokens": tokens, "engine_calls": len(calls), "episodes": len(res.trajectories),
@@ -150,9 +170,14 @@ def main() -> None:
             x = res[name]
             secs = x["seconds_per_call"] if w == "rollout" else x["seconds"]
             ratio = f"{x['tokens_per_s'] / res['hf']['tokens_per_s']:.2f}x" if name == "vllm" else ""
-            print(f"{label if name == 'hf' else '':<28}{name:<7}{secs:>11.3f}{x['new_tokens']:>12}{x['tokens_per_s']:>10.0f}{ratio:>11}")
-    print(f"vLLM start-up {startup:.1f} s; weight sync {sync['timing/weight_load_s']:.3f} s + check "
-          f"{sync['timing/weight_sync_check_s']:.3f} s (probe max |diff| {sync['rollout/sync_probe_max_abs_diff']:.2g})")
+            print(
+                f"{label if name == 'hf' else '':<28}{name:<7}{secs:>11.3f}"
+                f"{x['new_tokens']:>12}{x['tokens_per_s']:>10.0f}{ratio:>11}"
+            )
+    print(
+        f"vLLM start-up {startup:.1f} s; weight sync {sync['timing/weight_load_s']:.3f} s + check "
+        f"{sync['timing/weight_sync_check_s']:.3f} s (probe max |diff| {sync['rollout/sync_probe_max_abs_diff']:.2g})"
+    )
     import transformers
     import vllm
 

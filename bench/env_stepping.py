@@ -1,8 +1,8 @@
 """Concurrent env stepping: one rollout of 32 envs (16 groups x 2) with ``env_workers=1`` vs ``env_workers=8``.
 
 The engine is the env's expert with half of the answers replaced by wrong ones (per episode and turn, as in
-tests/rollout/test_stepping.py), so the time measured is env time (sandboxed test runs for DeepCoder, shop requests and page
-parsing for WebShop) plus prompt bookkeeping, not model time. Blocks alternate 1, 8, 1, 8, ...; the table reports
+tests/rollout/test_stepping.py), so the time measured is env time (sandboxed test runs for DeepCoder, shop requests and
+page parsing for WebShop) plus prompt bookkeeping, not model time. Blocks alternate 1, 8, 1, 8, ...; the table reports
 the median wall time per rollout and the ratio, checks that both settings give identical trajectories, and prints
 the load average (the machine is shared).
 

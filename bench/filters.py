@@ -99,12 +99,19 @@ def main() -> None:
         "env": ENV,
         "val_seeds": args.val_seeds,
         "budget_min_per_algo": args.minutes,
-        "warmstart": {"noise": 0.3, "demos": args.demos, "epochs": args.epochs,
-                      "demo_success": warm.get("sft/demo_success"), "time_s": round(warm_s, 1)},
+        "warmstart": {
+            "noise": 0.3,
+            "demos": args.demos,
+            "epochs": args.epochs,
+            "demo_success": warm.get("sft/demo_success"),
+            "time_s": round(warm_s, 1),
+        },
         "rows": rows,
     }
-    header = (f"{'algo':<10}{'success before':>16}{'after':>8}{'gain (pts)':>12}{'steps':>7}{'kept ratio':>12}"
-              f"{'train succ':>12}")
+    header = (
+        f"{'algo':<10}{'success before':>16}{'after':>8}{'gain (pts)':>12}{'steps':>7}{'kept ratio':>12}"
+        f"{'train succ':>12}"
+    )
     print(header)
     for r in rows:
         print(f"{r['algo']:<10}{r['val_success_before']:>16.3f}{r['val_success_after']:>8.3f}{r['gain_points']:>12.1f}"

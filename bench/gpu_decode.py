@@ -1,5 +1,5 @@
-"""HF engine decode paths side by side: generated tok/s of ``decode='plain'`` vs ``'static'`` (static KV cache;
-on CUDA transformers compiles the decoding step with CUDA graphs) vs ``'static-eager'``, and whether they sample the
+"""HF engine decode paths side by side: generated tok/s of ``decode='plain'`` vs ``'static'`` (static KV cache; on
+CUDA transformers compiles the decoding step with CUDA graphs) vs ``'static-eager'``, and whether they sample the
 same ids under the same seed.
 
 The workload is the rollout of ``bench/gpu_throughput.py`` without the env and the trainer: ``--groups`` x
@@ -15,7 +15,7 @@ compiled kernels round differently, so ids may part after some tokens).
     # the GPU check (0.49 B random Qwen2, the shape of docs/gpu.md, bf16):
     python bench/gpu_decode.py --model qwen05 --dtype bfloat16 --out bench/results/gpu_decode.json
     # a CPU smoke with the built-in models:
-    OMP_NUM_THREADS=1 python bench/gpu_decode.py --model tiny --groups 2 --group-size 4 --new-tokens 32 \\
+    OMP_NUM_THREADS=1 python bench/gpu_decode.py --model tiny --groups 2 --group-size 4 --new-tokens 32 \
         --out /tmp/d.json
 """
 
@@ -143,9 +143,11 @@ def main() -> None:
                          "ids_identical": sum(same) / len(same),
                          "first_difference_median": sorted(first_diff)[len(first_diff) // 2] if first_diff else None,
                          "compiled_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs}
-        print(f"{path:>12}: {results[path]['tok_s']:9.0f} tok/s ({tokens} tokens in {seconds:.2f} s; warm-up "
-              f"{warm_s:.1f} s), rows identical to {args.paths[0]}: {100 * results[path]['ids_identical']:.0f}%",
-              flush=True)
+        print(
+            f"{path:>12}: {results[path]['tok_s']:9.0f} tok/s ({tokens} tokens in {seconds:.2f} s; warm-up "
+            f"{warm_s:.1f} s), rows identical to {args.paths[0]}: {100 * results[path]['ids_identical']:.0f}%",
+            flush=True,
+        )
     base = results[args.paths[0]]["tok_s"]
     for r in results.values():
         r["speedup"] = r["tok_s"] / base

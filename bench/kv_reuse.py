@@ -37,8 +37,22 @@ class TimedEngine:
     def __init__(self, engine: HFEngine):
         self.engine, self.rows = engine, []
 
-    def __getattr__(self, name):
-        return getattr(self.engine, name)
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return self.engine.eos_token_ids
+
+    @property
+    def logprobs_exact(self) -> bool:
+        return self.engine.logprobs_exact
+
+    def sync_weights(self, model) -> dict[str, float]:
+        return self.engine.sync_weights(model)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def generate_for_envs(self, envs, prompts, params):
+        return self.generate(prompts, params)  # timed
 
     @torch.no_grad()
     def _prefill(self, prompts: list[list[int]]) -> float:
@@ -46,7 +60,8 @@ class TimedEngine:
         ids = torch.tensor([[self.engine.pad_token_id] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         t = time.perf_counter()
-        self.engine.model(input_ids=ids.to(self.engine.device), attention_mask=mask.to(self.engine.device), use_cache=True)
+        device = self.engine.device
+        self.engine.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True)
         return time.perf_counter() - t
 
     def generate(self, prompts, params):
@@ -54,7 +69,8 @@ class TimedEngine:
         out = self.engine.generate(prompts, params)
         gen_s = time.perf_counter() - t
         self.rows.append({
-            "turn": len(self.rows) + 1, "batch": len(prompts), "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
+            "turn": len(self.rows) + 1, "batch": len(prompts),
+            "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
             "new_tokens_mean": sum(len(g.token_ids) for g in out) / len(out), "generate_s": gen_s,
             "prefill_s": 0.0 if self.engine.kv_reuse else self._prefill(prompts),
         })
@@ -94,18 +110,21 @@ def multiturn(model, tok, args) -> dict:
             timed = TimedEngine(cls(model, tok))
             t = time.perf_counter()
             with EnvGroups(args.env, group_size=args.mt_group_size, n_groups=args.mt_groups) as groups:
-                res = run_rollout(timed, groups, SamplingParams(temperature=1.0, seed=1000 + r, max_new_tokens=args.mt_new_tokens), RolloutSettings(chat_format=ChatFormat(tok)))
+                sampling = SamplingParams(temperature=1.0, seed=1000 + r, max_new_tokens=args.mt_new_tokens)
+                res = run_rollout(timed, groups, sampling, RolloutSettings(chat_format=ChatFormat(tok)))
             wall = time.perf_counter() - t
             gen_s = sum(row["generate_s"] for row in timed.rows)
             new = sum(row["new_tokens_mean"] * row["batch"] for row in timed.rows)
             runs[name].append({"generate_s": gen_s, "rollout_s": wall, "new_tokens": new, "tok_per_s": new / gen_s,
                                "turns": max(len(t.turns) for t in res.trajectories), "load_1m": os.getloadavg()[0]})
             ids.setdefault(name, []).append([t.input_ids for t in res.trajectories])
-            print(f"multi-turn {name} repeat {r + 1}: {new / gen_s:.0f} tok/s (load {os.getloadavg()[0]:.1f})", flush=True)
+            print(f"multi-turn {name} repeat {r + 1}: {new / gen_s:.0f} tok/s (load {os.getloadavg()[0]:.1f})",
+                  flush=True)
     med = {k: statistics.median(x["tok_per_s"] for x in v) for k, v in runs.items()}
     same = all(a == b for a, b in zip(ids["before"], ids["after"]))
-    print(f"multi-turn {args.mt_groups * args.mt_group_size} {args.env} trajectories x up to 5 turns, <= {args.mt_new_tokens} "
-          f"new tokens a turn: before {med['before']:.0f} tok/s, after {med['after']:.0f} tok/s "
+    print(f"multi-turn {args.mt_groups * args.mt_group_size} {args.env} trajectories x up to 5 turns, "
+          f"<= {args.mt_new_tokens} new tokens a turn: before {med['before']:.0f} tok/s, "
+          f"after {med['after']:.0f} tok/s "
           f"({med['after'] / med['before']:.2f}x); same sampled ids: {same}")
     return {"before_commit": args.before, "trajectories": args.mt_groups * args.mt_group_size, "runs": runs,
             "median_tok_per_s": med, "speedup": med["after"] / med["before"], "same_sampled_ids": same,
@@ -146,14 +165,17 @@ def main() -> None:
                 best[reuse] = run
     (plain, _, ids_plain), (reused, stats, ids_reused) = best[False], best[True]
     same = ids_plain == ids_reused
-    print(f"{'turn':>4}{'batch':>7}{'prompt tok':>12}{'new tok':>9}{'re-encode s':>13}{'(prefill s)':>13}{'reuse s':>10}{'saved':>8}")
+    print(f"{'turn':>4}{'batch':>7}{'prompt tok':>12}{'new tok':>9}{'re-encode s':>13}{'(prefill s)':>13}"
+          f"{'reuse s':>10}{'saved':>8}")
     for a, b in zip(plain, reused):
-        print(f"{a['turn']:>4}{a['batch']:>7}{a['prompt_tokens_mean']:>12.0f}{a['new_tokens_mean']:>9.1f}{a['generate_s']:>13.3f}"
-              f"{a['prefill_s']:>13.3f}{b['generate_s']:>10.3f}{100 * (1 - b['generate_s'] / a['generate_s']):>7.1f}%")
+        print(f"{a['turn']:>4}{a['batch']:>7}{a['prompt_tokens_mean']:>12.0f}{a['new_tokens_mean']:>9.1f}"
+              f"{a['generate_s']:>13.3f}{a['prefill_s']:>13.3f}{b['generate_s']:>10.3f}"
+              f"{100 * (1 - b['generate_s'] / a['generate_s']):>7.1f}%")
     t_plain, t_reuse = sum(r["generate_s"] for r in plain), sum(r["generate_s"] for r in reused)
     frac = stats["reused_tokens"] / max(stats["prompt_tokens"], 1)
-    print(f"generate time: re-encode {t_plain:.3f} s, reuse {t_reuse:.3f} s ({100 * (1 - t_reuse / t_plain):.1f}% saved); "
-          f"{100 * frac:.0f}% of prompt tokens came from the cache; same sampled ids: {same}")
+    print(f"generate time: re-encode {t_plain:.3f} s, reuse {t_reuse:.3f} s "
+          f"({100 * (1 - t_reuse / t_plain):.1f}% saved); {100 * frac:.0f}% of prompt tokens came from the cache; "
+          f"same sampled ids: {same}")
     result = {"benchmark": "kv_reuse", "date": date.today().isoformat(), "model": args.model, "env": args.env,
               "machine": f"{platform.machine()} cpus={os.cpu_count()}", "episodes": args.groups * args.group_size,
               "reencode": plain, "reuse": reused, "generate_s_reencode": t_plain, "generate_s_reuse": t_reuse,

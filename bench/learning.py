@@ -23,12 +23,12 @@ demonstrations' own success. Prints the plan with its time estimate first, then 
     python bench/learning.py             # full mode: GRPO's long curves, shorter ones for the other arms
 
 Full mode does not fit 2 hours on the 2-core VM with every arm at 100 steps (about 5 h), nor with two long arms per env
-(about 3 h), so only GRPO gets the long curve (``long_steps``), the other arms ``short_steps``; every curve is validated every 20
-steps (a short curve: before and after); the JSON's ``plan`` and the tables say
-which. A rerun with the same ``--out`` resumes: runs already in the JSON (not failed; same env, arm, seed and steps)
-are skipped and kept, so a stopped benchmark loses at most the run in progress (``--fresh`` starts over). Runs are
-independent processes (``ragen run``); ``--jobs 2`` runs two side by side, one torch thread each (measured slower per
-step than one run on both cores for the answer-only ``small`` model: COST below).
+(about 3 h), so only GRPO gets the long curve (``long_steps``), the other arms ``short_steps``; every curve is validated
+every 20 steps (a short curve: before and after); the JSON's ``plan`` and the tables say which. A rerun with the same
+``--out`` resumes: runs already in the JSON (not failed; same env, arm, seed and steps) are skipped and kept, so a
+stopped benchmark loses at most the run in progress (``--fresh`` starts over). Runs are independent processes (``ragen
+run``); ``--jobs 2`` runs two side by side, one torch thread each (measured slower per step than one run on both cores
+for the answer-only ``small`` model: COST below).
 """
 
 from __future__ import annotations
@@ -96,14 +96,14 @@ QUICK_STEPS = 10  #: --quick: one env, one seed, every arm, 10 steps
 #: answer-only, 4 groups x 8. ``step_s``: a GRPO step (sokoban 3.56 s, the main job's median, 2026-11-27,
 #: docs/benchmarks.md; frozenlake's CPU per step was the same, 6.8 vs 6.9 CPU-s; bandit: one short turn, assumed);
 #: ``val_s``: one validation of 128 episodes at T 0.5 (64 took 4.7 s in the main job); ``paired_s``: one greedy pass
-#: over 256 levels (24 s); ``warm_s``: the 12-epoch warm start (4 epochs took 129 s, demos included; sokoban's
-#: 24-epoch one took 663 s on 2026-11-27); ``start_s``: process start, model load, export. Critic arms cost
-#: ``arm_factor`` x a GRPO step (PPO / GRPO RL time 2.0-2.4 in the 2026-11-26 run; StarPO-S at 8 groups x 4 generates PPO's 32 episodes and trains on 16 of them: 1.2, measured below). Two runs side by side
-#: at one thread each took 8.76 s per sokoban step (2026-11-27, load 2) against 3.56 s alone: ``parallel_slowdown``.
-#: Measured times of finished runs in the JSON replace step_s and val_s on a resume. Re-based on the 2026-11-27 run
-#: (bench/results/learning.json): a 100-step frozenlake GRPO step took a median 6.4 s from the 12-epoch warm start
-#: (5.1-8.7 s; the main job's 3.56 s was from a 4-epoch one), bandit 1.4-1.7 s, PPO 2.0x GRPO, StarPO-S at 8 x 4 1.0-1.3x;
-#: sokoban is assumed to cost what frozenlake does.
+#: over 256 levels (24 s); ``warm_s``: the 12-epoch warm start (4 epochs took 129 s, demos included; sokoban's 24-epoch
+#: one took 663 s on 2026-11-27); ``start_s``: process start, model load, export. Critic arms cost ``arm_factor`` x a
+#: GRPO step (PPO / GRPO RL time 2.0-2.4 in the 2026-11-26 run; StarPO-S at 8 groups x 4 generates PPO's 32 episodes and
+#: trains on 16 of them: 1.2, measured below). Two runs side by side at one thread each took 8.76 s per sokoban step
+#: (2026-11-27, load 2) against 3.56 s alone: ``parallel_slowdown``. Measured times of finished runs in the JSON replace
+#: step_s and val_s on a resume. Re-based on the 2026-11-27 run (bench/results/learning.json): a 100-step frozenlake
+#: GRPO step took a median 6.4 s from the 12-epoch warm start (5.1-8.7 s; the main job's 3.56 s was from a 4-epoch one),
+#: bandit 1.4-1.7 s, PPO 2.0x GRPO, StarPO-S at 8 x 4 1.0-1.3x; sokoban is assumed to cost what frozenlake does.
 COST = {
     "step_s": {"frozenlake": 6.4, "sokoban": 6.4, "bandit": 1.5},
     "val_s": {"frozenlake": 9.0, "sokoban": 9.0, "bandit": 2.0},
@@ -482,8 +482,13 @@ def commit() -> str | None:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+dirty" if dirty else "")

@@ -139,17 +139,22 @@ def main() -> None:
           f"RL {job['rl_wall_s']:.0f} s wall, {job['rl_cpu_s']:.0f} CPU-s")
     print(f"{'step':>4} {'rss MiB':>8} {'peak MiB':>9} {'cpu s':>7} {'collapse cpu s':>15}")
     for s in job["steps"]:
-        print(f"{s['step']:>4} {s['rss_mb']:>8.0f} {s['peak_rss_mb']:>9.0f} {s['cpu_step_s']:>7.1f} "
-              f"{s['cpu_diagnose_s']:>15.1f}")
-    print(f"collapse diagnostics at steps {job['collapse_steps']}: {job['collapse_cpu_s']:.1f} CPU-s, "
-          f"{100 * job['collapse_share_cpu']:.1f}% of the RL CPU time "
-          f"({100 * job['collapse_share_wall']:.1f}% of wall)")
+        print(
+            f"{s['step']:>4} {s['rss_mb']:>8.0f} {s['peak_rss_mb']:>9.0f} {s['cpu_step_s']:>7.1f} "
+            f"{s['cpu_diagnose_s']:>15.1f}"
+        )
+    print(
+        f"collapse diagnostics at steps {job['collapse_steps']}: {job['collapse_cpu_s']:.1f} CPU-s, "
+        f"{100 * job['collapse_share_cpu']:.1f}% of the RL CPU time ({100 * job['collapse_share_wall']:.1f}% of wall)"
+    )
     if args.scoring:
         sc = result["scoring"]
         for path in ("plain", "shared"):
             r = sc[path]
-            print(f"scoring {path:>6}: peak {r['peak_mb']:.0f} MiB (from {r['rss_before_mb']:.0f}), "
-                  f"{r['cpu_s']:.1f} CPU-s")
+            print(
+                f"scoring {path:>6}: peak {r['peak_mb']:.0f} MiB (from {r['rss_before_mb']:.0f}), "
+                f"{r['cpu_s']:.1f} CPU-s"
+            )
         print(f"largest estimate difference: {sc['max_abs_metric_diff']:.2e}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))

@@ -86,7 +86,9 @@ def run_ragen(folder: Path, threads: int, steps: int, out: Path) -> None:
             wall, cpu = time.perf_counter() - t, time.process_time() - c
             trajs = seen["result"].trajectories
             gen = sum(sum(tr.loss_mask) for tr in trajs)
-            rows.append({"wall_s": wall, "cpu_s": cpu, "gen_tokens": gen, "tokens": sum(len(tr.input_ids) for tr in trajs)})
+            rows.append(
+                {"wall_s": wall, "cpu_s": cpu, "gen_tokens": gen, "tokens": sum(len(tr.input_ids) for tr in trajs)}
+            )
     finally:
         trainer.close()
     _finish(rows, out)
@@ -124,7 +126,9 @@ def run_trl(folder: Path, threads: int, steps: int, out: Path) -> None:
         def prompt_tokens(n_completions: int) -> int:
             return n_completions * mean_prompt
 
-    mean_prompt = round(statistics.mean(json.loads(line)["n_ids"] for line in (folder / "prompts.jsonl").read_text().splitlines()))
+    mean_prompt = round(
+        statistics.mean(json.loads(line)["n_ids"] for line in (folder / "prompts.jsonl").read_text().splitlines())
+    )
     args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="vs-trl-trl-"), per_device_train_batch_size=MICRO,
                       gradient_accumulation_steps=GROUPS * GROUP_SIZE // MICRO, num_generations=GROUP_SIZE,
                       max_completion_length=NEW_TOKENS, temperature=1.0, learning_rate=LR, max_steps=steps,
@@ -177,9 +181,19 @@ def main() -> None:
     trl_version = subprocess.run([args.trl_python, "-c", "import trl; print(trl.__version__)"], capture_output=True,
                                  text=True, check=True).stdout.strip()
     load_before = os.getloadavg()
-    result = {"benchmark": "vs_trl", "date": date.today().isoformat(), "machine": f"{platform.machine()} cpus={os.cpu_count()}",
-              "trl": trl_version, "env": ENV, "prompts_x_generations": [GROUPS, GROUP_SIZE], "max_new_tokens": NEW_TOKENS,
-              "rounds": args.rounds, "steps_per_run": args.steps, "load_avg_before": load_before, "threads": {}}
+    result = {
+        "benchmark": "vs_trl",
+        "date": date.today().isoformat(),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+        "trl": trl_version,
+        "env": ENV,
+        "prompts_x_generations": [GROUPS, GROUP_SIZE],
+        "max_new_tokens": NEW_TOKENS,
+        "rounds": args.rounds,
+        "steps_per_run": args.steps,
+        "load_avg_before": load_before,
+        "threads": {},
+    }
     for threads in (int(t) for t in args.threads.split(",")):
         runs: dict[str, list] = {"ragen": [], "trl": []}
         for r in range(args.rounds):  # interleaved A B A B: load changes hit both
@@ -187,12 +201,22 @@ def main() -> None:
             runs["trl"].append(child("trl", args.trl_python, folder, threads, args.steps))
             print(f"threads={threads} round {r + 1}/{args.rounds} done (load {os.getloadavg()[0]:.1f})", flush=True)
         a, b = summarise(runs["ragen"]), summarise(runs["trl"])
-        result["threads"][str(threads)] = {"ragen": a, "trl": b, "ratio_ragen_over_trl": {k: a[k] / b[k] for k in a if b[k]},
-                                           "raw": runs}
+        result["threads"][str(threads)] = {
+            "ragen": a,
+            "trl": b,
+            "ratio_ragen_over_trl": {k: a[k] / b[k] for k in a if b[k]},
+            "raw": runs,
+        }
     result["load_avg_after"] = os.getloadavg()
-    print(f"\nragen vs TRL {trl_version} GRPOTrainer: {GROUPS} prompts x {GROUP_SIZE} generations, <= {NEW_TOKENS} new "
-          f"tokens, one optimizer step per rollout; medians over {args.rounds} interleaved rounds x {args.steps - 1} steps")
-    print(f"load average before {load_before[0]:.1f}, after {result['load_avg_after'][0]:.1f} (a loaded machine: compare ratios)")
+    print(
+        f"\nragen vs TRL {trl_version} GRPOTrainer: {GROUPS} prompts x {GROUP_SIZE} generations, <= {NEW_TOKENS} new "
+        f"tokens, one optimizer step per rollout; medians over {args.rounds} interleaved rounds x "
+        f"{args.steps - 1} steps"
+    )
+    print(
+        f"load average before {load_before[0]:.1f}, after {result['load_avg_after'][0]:.1f} "
+        "(a loaded machine: compare ratios)"
+    )
     cols = [("s_per_step", "s/step"), ("gen_tok_per_s", "gen tok/s"), ("train_tok_per_s", "train tok/s"),
             ("cpu_s_per_step", "CPU s/step"), ("peak_rss_mb", "peak RSS MB")]
     print(f"{'threads':>7} {'':>13}" + "".join(f"{name:>13}" for _, name in cols))

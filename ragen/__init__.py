@@ -25,6 +25,7 @@ from ragen.contract.variants import register_variants
 from ragen.errors import ConfigError, EnvError, PluginError, RagenError, RegistrationError, UnknownNameError
 from ragen.plugins.components import env_config_fields, list_components, list_envs, make_component, make_env
 from ragen.plugins.loader import broken_plugins, loaded_plugins
+from ragen.serve.net import TOKEN_ENV
 
 __version__ = "0.1.0"
 
@@ -45,6 +46,7 @@ __all__ = [
     "PluginError",
     "RagenError",
     "RegistrationError",
+    "TOKEN_ENV",
     "TextSpace",
     "Trajectory",
     "TurnRecord",

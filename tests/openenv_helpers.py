@@ -19,7 +19,7 @@ def served_scaffold(directory, max_sessions=4, name="echo_env"):
     from openenv.cli.commands.init import _copy_template_directory, _create_template_replacements
     from openenv.core.env_server.http_server import create_app
 
-    from ragen.envs.openenv_server import OpenEnvServer
+    from ragen.serve.openenv import OpenEnvServer
 
     env_dir = directory / name
     env_dir.mkdir(parents=True)
@@ -46,8 +46,8 @@ def served_scaffold(directory, max_sessions=4, name="echo_env"):
 
 @contextlib.contextmanager
 def served_ragen(name, options=None, **kw):
-    """A ragen env served as OpenEnv (ragen.envs.openenv_server) on a free loopback port; yields the server."""
-    from ragen.envs.openenv_server import make_openenv_server
+    """A ragen env served as OpenEnv (ragen.serve.openenv) on a free loopback port; yields the server."""
+    from ragen.serve.openenv import make_openenv_server
 
     server = make_openenv_server(name, options, **kw).start()
     try:

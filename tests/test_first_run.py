@@ -37,8 +37,12 @@ def _limit() -> float:
 def fresh_venv(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     ours = sysconfig.get_paths()["purelib"]  # the installed packages (and ragen's editable install) of this venv
     with open(os.path.join(site, "reuse-installed.pth"), "w") as f:
         f.write(f"import site; site.addsitedir({ours!r})\n")
@@ -50,15 +54,51 @@ def fresh_venv(tmp_path):
 def test_first_run_reaches_step_one_quickly_and_builds_no_op(fresh_venv, tmp_path):
     home, ext = tmp_path / "home", tmp_path / "torch-extensions"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                                            "VIRTUAL_ENV", "PYTHONPATH", "RAGEN_CACHE_DIR")}
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TORCH_EXTENSIONS_DIR=str(ext), HF_HUB_OFFLINE="1",
-               HF_HOME=str(home / "hf"), TRITON_CACHE_DIR=str(home / "triton"), PATH=f"{fresh_venv.parent}:{env['PATH']}")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "VIRTUAL_ENV",
+            "PYTHONPATH",
+            "RAGEN_CACHE_DIR",
+        )
+    }
+    env.update(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        TORCH_EXTENSIONS_DIR=str(ext),
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(home / "hf"),
+        TRITON_CACHE_DIR=str(home / "triton"),
+        PATH=f"{fresh_venv.parent}:{env['PATH']}",
+    )
     run_dir = tmp_path / "runs"
-    cmd = [str(fresh_venv), "-m", "ragen", "run", "--no-warmstart", "--env", "frozenlake", "env.options.response_length=24",
-           "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.ppo_mini_batch_size=4",
-           "trainer.steps=1", "trainer.threads=1", "logging.progress=false", f"logging.run_dir={run_dir}",
-           "logging.name=first"]
+    cmd = [
+        str(fresh_venv),
+        "-m",
+        "ragen",
+        "run",
+        "--no-warmstart",
+        "--env",
+        "frozenlake",
+        "env.options.response_length=24",
+        "rollout.n_groups=2",
+        "rollout.group_size=2",
+        "rollout.n_val_groups=2",
+        "rollout.n_paired_levels=2",
+        "trainer.ppo_mini_batch_size=4",
+        "trainer.steps=1",
+        "trainer.threads=1",
+        "logging.progress=false",
+        f"logging.run_dir={run_dir}",
+        "logging.name=first",
+    ]
     config, metrics = run_dir / "first" / "config.yaml", run_dir / "first" / "metrics.jsonl"
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -80,7 +80,9 @@ API_FUNCTIONS = [fn for _, _, items in api_docs.SECTIONS for fn in items if not 
 def test_api_class_public_and_every_member_documented(cls):
     import ragen
 
-    assert getattr(ragen, cls.__name__, None) is cls and cls.__name__ in ragen.__all__, f"ragen does not export {cls.__name__}"
+    assert getattr(ragen, cls.__name__, None) is cls and cls.__name__ in ragen.__all__, (
+        f"ragen does not export {cls.__name__}"
+    )
     assert (cls.__doc__ or "").strip(), f"{cls.__name__} has no docstring"
     members = api_docs.members(cls)
     assert members, f"{cls.__name__}: nothing to document"
@@ -92,7 +94,9 @@ def test_api_class_public_and_every_member_documented(cls):
 def test_api_function_public_and_documented(fn):
     import ragen
 
-    assert getattr(ragen, fn.__name__, None) is fn and fn.__name__ in ragen.__all__, f"ragen does not export {fn.__name__}"
+    assert getattr(ragen, fn.__name__, None) is fn and fn.__name__ in ragen.__all__, (
+        f"ragen does not export {fn.__name__}"
+    )
     assert (fn.__doc__ or "").strip(), f"{fn.__name__} has no docstring"
     assert f"### `ragen.{fn.__name__}(" in (ROOT / "docs" / "api.md").read_text()
 
@@ -103,7 +107,9 @@ def test_api_docs_current():
 
 def test_algorithms_md_lists_every_preset_field():
     text = (ROOT / "docs" / "algorithms.md").read_text()
-    assert text == api_docs.algorithms_markdown(text) and api_docs.BEGIN in text, "run: python -m ragen.plugins.api_docs"
+    assert text == api_docs.algorithms_markdown(text) and api_docs.BEGIN in text, (
+        "run: python -m ragen.plugins.api_docs"
+    )
     for f in attrs.fields(ragen_preset()):
         assert f"| `{f.name}` |" in text, f"docs/algorithms.md does not list algo.options.{f.name}"
     assert "docs/algorithms.md" in (ROOT / "docs" / "config.md").read_text()

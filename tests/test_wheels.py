@@ -20,7 +20,11 @@ from conftest import ROOT, TINY
 
 pytestmark = pytest.mark.slow
 
-PROJECTS = {"ragen": ROOT, "ragen-algos": ROOT / "plugins" / "ragen-algos", "ragen-sokoban": ROOT / "plugins" / "ragen-sokoban"}
+PROJECTS = {
+    "ragen": ROOT,
+    "ragen-algos": ROOT / "plugins" / "ragen-algos",
+    "ragen-sokoban": ROOT / "plugins" / "ragen-sokoban",
+}
 SOURCE_IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
 
 
@@ -93,8 +97,14 @@ def test_the_published_wheels_install_and_run_outside_the_checkout(tmp_path):
         assert proc.returncode == 0, (args, proc.stderr[-3000:])
         return proc
 
-    where = subprocess.run([str(py), "-c", "import ragen, ragen_sokoban; print(ragen.__file__, ragen_sokoban.__file__)"],
-                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [str(py), "-c", "import ragen, ragen_sokoban; print(ragen.__file__, ragen_sokoban.__file__)"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert str(ROOT) not in where and str(tmp_path / "venv") in where, where
     # every dependency the three wheels declare is satisfied by what the fresh venv sees
     check = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "check"], cwd=work, env=env,
@@ -110,9 +120,24 @@ def test_the_published_wheels_install_and_run_outside_the_checkout(tmp_path):
     assert {p["distribution"] for p in listed["plugins"]} == {"ragen", "ragen-algos", "ragen-sokoban"}, listed
     assert not listed["broken"]
     assert "all" in ragen("check-env", "sokoban").stdout.splitlines()[-1]
-    ragen("run", "--env", "sokoban", "--algo", "grpo", *TINY, "trainer.steps=1", "rollout.n_groups=2",
-          "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=24", "trainer.ppo_mini_batch_size=4",
-          "trainer.micro_batch_size=4", "logging.progress=false", "logging.name=r", timeout=600)
+    ragen(
+        "run",
+        "--env",
+        "sokoban",
+        "--algo",
+        "grpo",
+        *TINY,
+        "trainer.steps=1",
+        "rollout.n_groups=2",
+        "rollout.group_size=2",
+        "rollout.n_val_groups=2",
+        "rollout.response_length=24",
+        "trainer.ppo_mini_batch_size=4",
+        "trainer.micro_batch_size=4",
+        "logging.progress=false",
+        "logging.name=r",
+        timeout=600,
+    )
     assert (work / "runs" / "r" / "final" / "config.json").is_file()
     ragen("new-env", "mygame")  # the scaffold's templates come out of the wheel
     assert (work / "ragen-mygame" / "pyproject.toml").is_file()

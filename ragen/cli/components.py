@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -14,9 +13,9 @@ from ragen.cli.group import cli
 from ragen.cli.options import checked_parser, key_values, parser_options, resolved_parser
 from ragen.cli.tables import (
     echo_wrapped,
-    jsonable,
     renamed,
     table,
+    tuple_as_list,
     vars_of,
     wide_option,
 )
@@ -46,14 +45,16 @@ def plugins(as_json: bool) -> None:
                 continue  # one row per distribution (the core registers several default plugins)
             comps = {kind: [c.name for c in get_registry(kind) if c.dist == p.dist] for kind in KINDS}
             name = p.dist if p.dist == "ragen" else p.name
-            rows.append({"name": name, "distribution": p.dist, "version": p.version, "components": {k: v for k, v in comps.items() if v}})
+            rows.append({"name": name, "distribution": p.dist, "version": p.version,
+                         "components": {k: v for k, v in comps.items() if v}})
     if as_json:
         click.echo(json.dumps({"plugins": rows, "broken": [renamed(vars_of(b)) for b in broken],
                                "clashes": [vars_of(c) for c in clashed]}, indent=2))
         return
     table(
         ["distribution", "version", "components"],
-        [[r["distribution"], r["version"], "; ".join(f"{k}: {', '.join(v)}" for k, v in r["components"].items()) or "-"] for r in rows],
+        [[r["distribution"], r["version"],
+          "; ".join(f"{k}: {', '.join(v)}" for k, v in r["components"].items()) or "-"] for r in rows],
     )
     for b in broken:
         echo_wrapped(f"BROKEN {b.dist} {b.version}: {b.error}")
@@ -70,7 +71,7 @@ def _component_settings(item) -> dict:
     cfg = component_config(item, {}, path=item.name)
     if cfg is None:
         return {}
-    return {f.name: jsonable(getattr(cfg, f.name)) for f in attrs.fields(type(cfg))}
+    return {f.name: tuple_as_list(getattr(cfg, f.name)) for f in attrs.fields(type(cfg))}
 
 
 PRESET_COLUMNS = ("estimator", "use_critic", "clip_ratio_low", "clip_ratio_high", "loss_agg_mode", "kl_coef",
@@ -86,7 +87,7 @@ def algos(as_json: bool) -> None:
 
     from ragen.plugins.loader import get_registry
 
-    presets = {c.name: {k: jsonable(v) for k, v in attrs.asdict(c.factory).items()} | {"distribution": c.dist}
+    presets = {c.name: {k: tuple_as_list(v) for k, v in attrs.asdict(c.factory).items()} | {"distribution": c.dist}
                for c in get_registry("algorithm")}
     comps = {kind: {c.name: {"description": c.description, "distribution": c.dist, "settings": _component_settings(c)}
                     for c in get_registry(kind)} for kind in ("estimator", "filter", "shaper")}
@@ -100,7 +101,8 @@ def algos(as_json: bool) -> None:
     for kind, items in comps.items():
         click.echo(f"\n{kind.capitalize()}s:")
         table(["name", "settings", "description"],
-               [[n, ", ".join(f"{k}={v}" for k, v in c["settings"].items()) or "-", c["description"]] for n, c in items.items()])
+               [[n, ", ".join(f"{k}={v}" for k, v in c["settings"].items()) or "-", c["description"]]
+                for n, c in items.items()])
 
 
 @cli.command()
@@ -124,7 +126,8 @@ def envs(name: str | None, as_json: bool) -> None:
         table(["option", "value", "meaning"], [[k, repr(v), doc] for k, (v, doc) in fields.items()])
         return
     if as_json:
-        click.echo(json.dumps([{"name": c.name, "distribution": c.dist, "description": c.description} for c in reg], indent=2))
+        click.echo(json.dumps([{"name": c.name, "distribution": c.dist, "description": c.description} for c in reg],
+                              indent=2))
         return
     table(["env", "distribution", "description"], [[c.name, c.dist, c.description] for c in reg])
 
@@ -133,7 +136,8 @@ def envs(name: str | None, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--seeds", default=10, show_default=True, help="Seeds for the determinism and random-episode checks.")
 @click.option("--expert-episodes", default=20, show_default=True, help="Expert episodes that must succeed.")
-@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override (e.g. a data path).")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="Env config override (e.g. a data path).")
 def check_env_cmd(name: str, seeds: int, expert_episodes: int, options: tuple[str, ...]) -> None:
     """Check that env NAME follows the ragen env contract (and gymnasium's)."""
     from ragen.envs.checker import check_env
@@ -168,26 +172,13 @@ def play(name: str, seed: int, episodes: int, options: tuple[str, ...], format_p
                   parser_options=parser_opts, format_penalty=format_penalty)
 
 
-def _serve_token(token_flag: str | None) -> str | None:
-    """The server's token: from ``$RAGEN_ENV_TOKEN`` only (a command-line token is visible to every user in ``ps``);
-    set but empty is refused, never read as "no token"."""
-    from ragen.envs.remote import TOKEN_ENV
-
-    if token_flag is not None:
-        raise RagenError(f"--token: a token on the command line is visible to every user in `ps`; "
-                         f"put it in ${TOKEN_ENV} instead")
-    token = os.environ.get(TOKEN_ENV)
-    if token is not None and not token.strip():
-        raise RagenError(f"${TOKEN_ENV} is set but empty; set a token (e.g. `export {TOKEN_ENV}=$(openssl rand -hex 16)`) "
-                         "or unset it")
-    return token
-
-
 @cli.command("serve-env")
 @click.argument("name")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Env config override.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind (loopback unless told otherwise).")
-@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to bind (loopback unless told otherwise).")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+              help="Port; 0 picks a free one.")
 @click.option("--token", hidden=True, default=None, help="Refused: the token comes from $RAGEN_ENV_TOKEN.")
 @click.option("--insecure", is_flag=True, help="Serve without a token where one is required (another host than "
               "loopback, or an env whose episodes hold a process).")
@@ -212,20 +203,23 @@ def serve_env(name, options, host, port, token, insecure, threads, workers, epis
     OpenEnv's protocol for any OpenEnv client (--protocol openenv, docs/openenv.md).
 
     The token clients must send comes from $RAGEN_ENV_TOKEN."""
-    from ragen.envs.server import make_server
     from ragen.plugins.loader import get_registry
+    from ragen.serve.http import make_server, token_from_environment
 
     get_registry("env").get(name)  # unknown names fail here with a did-you-mean
     if protocol == "openenv":
-        _serve_openenv(name, key_values(options), host, port, _serve_token(token), insecure, max_episodes,
-                       episode_timeout)
+        # the one launch path of the OpenEnv adapter (`python -m ragen.serve.openenv` takes it too)
+        from ragen.serve.openenv import serve  # the optional extra: its one-line error names it
+
+        serve(name, key_values(options), host=host, port=port, token=token_from_environment(token), insecure=insecure,
+              max_episodes=max_episodes, episode_timeout_s=episode_timeout, echo=_echo_now)
         return
-    server = make_server(name, key_values(options), host=host, port=port, token=_serve_token(token), insecure=insecure,
-                         threads=threads, workers=workers, episode_timeout_s=episode_timeout, max_episodes=max_episodes,
-                         max_client_episodes=max_client_episodes, min_free_mb=min_free_memory)
+    server = make_server(name, key_values(options), host=host, port=port, token=token_from_environment(token),
+                         insecure=insecure, threads=threads, workers=workers, episode_timeout_s=episode_timeout,
+                         max_episodes=max_episodes, max_client_episodes=max_client_episodes,
+                         min_free_mb=min_free_memory)
     shown = f"[{host}]" if ":" in host else host
-    click.echo(f"serving {name} on http://{shown}:{server.effective_port} (Ctrl-C stops)", nl=True)
-    sys.stdout.flush()
+    _echo_now(f"serving {name} on http://{shown}:{server.effective_port} (Ctrl-C stops)")
     try:
         server.run()
     except KeyboardInterrupt:
@@ -235,34 +229,16 @@ def serve_env(name, options, host, port, token, insecure, threads, workers, epis
         server.table.close()
 
 
-def _serve_openenv(name: str, options: dict, host: str, port: int, token: str | None, insecure: bool,
-                   max_episodes: int, episode_timeout: float | None) -> None:
-    """``serve-env --protocol openenv``: OpenEnv's own ``create_app`` around the env, with this server's token policy
-    (loopback unless told otherwise; a token where one is needed, ``--insecure`` to override) and episode cap; the
-    server's env pool builds the first env, which checks the options before anything listens."""
-    from ragen.envs.hosted import weight_of
-    from ragen.envs.server import check_token
-    from ragen.plugins.loader import get_registry
-
-    # the weight is the env class's declaration: no env is built twice (the server's pool checks the options)
-    weight = weight_of(get_registry("env").get(name).factory)
-    token = check_token(token, name=name, host=host, weight=weight, insecure=insecure)
-    timeout = episode_timeout if episode_timeout is not None else (120.0 if weight.processes > 0 else 600.0)
-    from ragen.envs.openenv_server import make_openenv_server  # the optional extra: its one-line error names it
-
-    server = make_openenv_server(name, options, host=host, port=port, token=token,
-                                 max_sessions=min(max_episodes, weight.max_open or max_episodes), episode_timeout_s=timeout)
-    click.echo(f"serving {name} (OpenEnv protocol) on {server.url} (Ctrl-C stops)")
+def _echo_now(line: str) -> None:
+    """A line a waiting caller reads at once (the URL a server prints before it serves)."""
+    click.echo(line)
     sys.stdout.flush()
-    try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
 
 
 @cli.command("new-env")
 @click.argument("name")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True,
               help="Where to create the ragen-NAME package folder.")
 def new_env(name: str, directory: Path) -> None:
     """Scaffold an env plugin package ragen-NAME that passes `ragen check-env NAME` out of the box."""

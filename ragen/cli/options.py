@@ -40,20 +40,27 @@ def checked_parser(name: str, items: tuple[str, ...]) -> dict:
     return options
 
 
-config_option = click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), help="YAML or TOML config file.")
+config_option = click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path), help="YAML or TOML config file."
+)
 
 
 env_option = click.option("--env", "env_name", help="Env variant (env.name).")
 
 
-model_option = click.option("--model", "model_name", help="tiny, smollm2, a Hugging Face id or a local path (model.name).")
+model_option = click.option(
+    "--model", "model_name", help="tiny, smollm2, a Hugging Face id or a local path (model.name)."
+)
 
 
-runs_argument = click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+runs_argument = click.argument(
+    "runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
+)
 
 
 def fresh_dir(path: Path) -> Path:
-    """``path``, or ``path-2``, ``path-3``, ... if it exists: a default output folder never overwrites an earlier one."""
+    """``path``, or ``path-2``, ``path-3``, ... if it exists: a default output folder never overwrites an earlier
+    one."""
     candidate, n = path, 1
     while candidate.exists():
         n += 1

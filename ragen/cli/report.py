@@ -26,8 +26,14 @@ def report(runs, out) -> None:
 @runs_argument
 @click.option("-m", "--metric", "metrics", multiple=True, metavar="NAME",
               help="Metric to draw (repeatable; default: the key metrics the runs logged).")
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("curves.png"), show_default=True,
-              help="PNG file to write.")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("curves.png"),
+    show_default=True,
+    help="PNG file to write.",
+)
 @click.option("--dpi", default=120, show_default=True, help="Resolution of the PNG.")
 def plot(runs, metrics, out, dpi) -> None:
     """PNG curves of RUNS' metrics against step, the runs overlaid (for papers and READMEs)."""

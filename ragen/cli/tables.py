@@ -30,7 +30,8 @@ def vars_of(obj) -> dict:
     return attrs.asdict(obj)
 
 
-def jsonable(v):
+def tuple_as_list(v):
+    """A config value for ``--json`` listings: a tuple as a list (what JSON has), anything else as it is."""
     return list(v) if isinstance(v, tuple) else v
 
 
@@ -63,7 +64,8 @@ def table(header: list[str], rows: list[list[str]]) -> None:
     if not _wide and lead + widths[-1] > LISTING_WIDTH:
         widths[-1] = room
     for i, row in enumerate([header, *rows]):
-        lines = textwrap.wrap(str(row[-1]), widths[-1], break_long_words=False) if widths[-1] == room else [str(row[-1])]
+        last = str(row[-1])
+        lines = textwrap.wrap(last, widths[-1], break_long_words=False) if widths[-1] == room else [last]
         first = [*row[:-1], lines[0] if lines else ""]
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(first, widths, strict=False)).rstrip())
         for more in lines[1:]:

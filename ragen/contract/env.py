@@ -31,16 +31,26 @@ class EnvConfig:
     """Settings common to every environment: the episode budget the core reads from the env."""
 
     max_turns: int = option(5, "Model turns per episode (RAGEN `max_turn`: 5).", range=AT_LEAST_1)
-    max_actions_per_turn: int = option(2, "Actions parsed from one response; extras are dropped (RAGEN: 2).", range=AT_LEAST_1)
-    max_actions_per_episode: int = option(10, "Actions the env executes per episode (RAGEN `max_actions_per_traj`: 10).", range=AT_LEAST_1)
-    max_tokens: int = option(400, "The 'Max response length' hint printed in the prompt, in words/tokens.", range=AT_LEAST_1)
-    response_length: int = option(400, "Generation cap in tokens per turn (RAGEN `response_length`: 400).", range=AT_LEAST_1)
+    max_actions_per_turn: int = option(
+        2, "Actions parsed from one response; extras are dropped (RAGEN: 2).", range=AT_LEAST_1
+    )
+    max_actions_per_episode: int = option(
+        10, "Actions the env executes per episode (RAGEN `max_actions_per_traj`: 10).", range=AT_LEAST_1
+    )
+    max_tokens: int = option(
+        400, "The 'Max response length' hint printed in the prompt, in words/tokens.", range=AT_LEAST_1
+    )
+    response_length: int = option(
+        400, "Generation cap in tokens per turn (RAGEN `response_length`: 400).", range=AT_LEAST_1
+    )
     noise: str = option(
         "per_rollout",
         "Transition noise seeding: 'per_rollout' seeds by (seed, rollout_index); 'shared' by seed (RAGEN).",
         choices=("per_rollout", "shared"),
     )
-    allow_unreachable: bool = option(False, "Accept budgets too small for any episode to succeed (off: a config error).")
+    allow_unreachable: bool = option(
+        False, "Accept budgets too small for any episode to succeed (off: a config error)."
+    )
 
     #: the fewest executed actions any solved episode needs; subclasses raise it where they know more
     min_actions_to_solve: ClassVar[int] = 1
@@ -97,9 +107,9 @@ class Expert:
         or None when unknown (the default) or undefined (no action can still reach the goal). The core calls it
         before each executed action, in the state that action is applied to, to measure whether a policy reads its
         state: ``optimal_action_rate`` (the share of executed actions in this set) beside its chance level
-        ``|set| / |action_names|`` for the same states (docs/report.md, "State dependence"). None produces no metric, never a 0. It must
-        not change the env or the expert's plan (``next_actions`` may be called right after); cache per state if
-        the search is slow: it runs on every executed action of every rollout."""
+        ``|set| / |action_names|`` for the same states (docs/report.md, "State dependence"). None produces no metric,
+        never a 0. It must not change the env or the expert's plan (``next_actions`` may be called right after); cache
+        per state if the search is slow: it runs on every executed action of every rollout."""
         return None
 
 

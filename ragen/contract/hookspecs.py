@@ -59,7 +59,9 @@ def register_advantage_estimators(register):
     """Register advantage estimators.
 
     Called the first time the ``estimator`` registry is used (building a trainer, ``ragen plugins``).
-    ``factory(config)`` returns a callable computing per-token advantages and returns from a batch.
+    ``factory(config)`` returns a callable computing per-token advantages and returns from a batch. An estimator
+    that reads critic values registers with ``needs_critic=True``: a preset that names it without a critic
+    (``use_critic`` false) is refused before the run is built.
     """
 
 

@@ -24,17 +24,21 @@ DIAGNOSTIC_KEYS = (ACTIONS_JUDGED, ACTIONS_OPTIMAL, ACTIONS_CHANCE, POTENTIAL_ST
 class TurnRecord:
     """One model turn: what was sampled, what the parser found, what the env did."""
 
-    response_text: str = option(doc="str: the decoded sampled ids of the turn (special tokens kept), without the prefill.")
+    response_text: str = option(
+        doc="str: the decoded sampled ids of the turn (special tokens kept), without the prefill."
+    )
     answer: str | None = option(doc="str | None: the parser's answer, None when the response did not match the format.")
     executed: list[str] = option(doc="list[str]: the actions the env executed, in order.")
     invalid: list[str] = option(doc="list[str]: answer pieces rejected by Env.validate_action (not executed).")
     reward: float = option(doc="float: the env reward of the turn, summed over its actions (no penalty).")
     penalty: float = option(doc="float: the format penalty of the turn (0, or trainer.format_penalty).")
     format_ok: bool = option(doc="bool: the response matched the format, parsed >= 1 action and none was invalid.")
-    info: dict[str, float] = option(doc="dict[str, float]: numeric entries of the turn's last step info (bools as 0/1), "
-                                        "plus the core's diagnostics where the env supports them: actions_judged, "
-                                        "actions_optimal, actions_chance (Expert.optimal_actions), potential_start, "
-                                        "potential_end (Env.potential).")
+    info: dict[str, float] = option(
+        doc="dict[str, float]: numeric entries of the turn's last step info (bools as 0/1), "
+        "plus the core's diagnostics where the env supports them: actions_judged, "
+        "actions_optimal, actions_chance (Expert.optimal_actions), potential_start, "
+        "potential_end (Env.potential)."
+    )
     truncated_response: bool = option(doc="bool: generation hit the response length (no EOS sampled).")
     span: tuple[int, int] = option(doc="(int, int): [start, end) of the turn's sampled ids in Trajectory.input_ids.")
     finish_reason: str = option("stop", "str: 'stop' (EOS sampled), 'new_message' (the template's message-opening "
@@ -53,16 +57,20 @@ class Trajectory:
     policy_version: int = option(doc="int: the trainer step whose weights sampled it.")
     input_ids: list[int] = option(doc="list[int]: every token of the episode: prompts, sampled responses, env replies.")
     loss_mask: list[int] = option(doc="list[int]: 1 on the sampled tokens (trained on), 0 elsewhere; len(input_ids).")
-    rollout_logprobs: list[float] = option(doc="list[float]: the engine's log-probs on mask-1 positions, 0.0 elsewhere.")
-    segments: list[tuple[str, int, int]] = option(doc="list[(kind, start, end)]: token spans, kind in prompt | response | "
-                                                      "delta | eos_fill.")
+    rollout_logprobs: list[float] = option(
+        doc="list[float]: the engine's log-probs on mask-1 positions, 0.0 elsewhere."
+    )
+    segments: list[tuple[str, int, int]] = option(
+        doc="list[(kind, start, end)]: token spans, kind in prompt | response | delta | eos_fill."
+    )
     turns: list[TurnRecord] = option(factory=list, doc="list[ragen.TurnRecord]: one record per model turn.")
     reward: float = option(0.0, "float: Σ env rewards of the episode.")
     penalty: float = option(0.0, "float: Σ format penalties of the episode.")
     success: bool = option(False, "bool: the env reported success.")
     truncated: bool = option(False, "bool: the episode ended without the env terminating it.")
-    truncation_reason: str | None = option(None, "str | None: why it was truncated: max_turns, budget, context_overflow, "
-                                                 "env; None when the env ended it.")
+    truncation_reason: str | None = option(
+        None, "str | None: why it was truncated: max_turns, budget, context_overflow, env; None when the env ended it."
+    )
     task_id: str | None = option(None, "str | None: the env's task id from reset (identifies the instance).")
     blocks: list[int] = option(factory=list, doc="list[int]: token starts of the blocks after the first (a history "
                                                  "window, rollout.max_context_window; empty = one conversation).")

@@ -1,2 +1,2 @@
 """Running one env: the episode under the core's budget, the prompt frame, run env lists, ``check-env``, ``play``,
-the env server and its ``remote`` client, the ``new-env`` scaffold."""
+the ``new-env`` scaffold. Serving an env to other processes is ``ragen.serve``'s job."""

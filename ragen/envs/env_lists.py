@@ -86,7 +86,9 @@ def check_plan(cfg: Any) -> None:
 
     if not cfg.env.train:  # the one-env form keeps its errors: an unknown name's did-you-mean, env.options.<key>
         component_config(get_registry("env").get(cfg.env.name), cfg.env.options, path="env.options")
-    lists = ([("env.train", train_plan(cfg))] if cfg.env.train else []) + ([("env.val", val_plan(cfg))] if cfg.env.val else [])
+    lists = ([("env.train", train_plan(cfg))] if cfg.env.train else []) + (
+        [("env.val", val_plan(cfg))] if cfg.env.val else []
+    )
     for where, plan in lists:
         for i, p in enumerate(plan):
             prefix = f"{where}[{i}]"
@@ -109,5 +111,7 @@ def _check_names(entries: Sequence[Any], where: str) -> None:
         if not e.name:
             raise ConfigError(f"{where}[{i}].name: required (a registered env variant)")
         if e.name in seen:
-            raise ConfigError(f"{where}[{i}].name: {e.name!r} is listed twice; metrics are per variant, so list each once")
+            raise ConfigError(
+                f"{where}[{i}].name: {e.name!r} is listed twice; metrics are per variant, so list each once"
+            )
         seen.add(e.name)

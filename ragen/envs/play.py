@@ -32,8 +32,15 @@ def answer_of(line: str, parse, prefill: str) -> tuple[str | None, str]:
     return line, "actions"
 
 
-def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | None = None, parser: str = "think-answer",
-                  parser_options: dict | None = None, format_penalty: float | None = None) -> None:
+def play_episodes(
+    name: str,
+    seed: int = 0,
+    episodes: int = 1,
+    options: dict | None = None,
+    parser: str = "think-answer",
+    parser_options: dict | None = None,
+    format_penalty: float | None = None,
+) -> None:
     """Play ``episodes`` episodes of env ``name``; responses go through the registered parser ``parser``; a malformed
     turn costs ``format_penalty`` (None = a run's default, ``trainer.format_penalty``), as it would in a run."""
     from ragen.config import TrainerSection
@@ -52,8 +59,10 @@ def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | N
             click.echo(f"=== {name}, seed {seed + i} ({env.task_id}) ===")
             click.echo(system_prompt(env))
             example = "<think>…</think><answer>…</answer>" if thinks else "<answer>…</answer>"
-            click.echo(f"(parser {parser}: type actions like `A || B`, a response as the model writes it after the prefilled "
-                       f"{prefill!r} (e.g. {example}), or `q` to quit)")
+            click.echo(
+                f"(parser {parser}: type actions like `A || B`, a response as the model writes it after the prefilled "
+                f"{prefill!r} (e.g. {example}), or `q` to quit)"
+            )
             total = 0.0
             while not ep.done:
                 click.echo(turn_text(ep.turn + 1, ep.obs, ep.actions_left, env.config.max_tokens,
@@ -75,6 +84,9 @@ def play_episodes(name: str, seed: int = 0, episodes: int = 1, options: dict | N
                     + f" | info: {info}"
                 )
             click.echo(ep.obs)
-            click.echo(f"episode over: success={ep.success} score={format_reward(total)} turns={ep.turn} actions={ep.actions_used}")
+            click.echo(
+                f"episode over: success={ep.success} score={format_reward(total)} turns={ep.turn} "
+                f"actions={ep.actions_used}"
+            )
     finally:
         env.close()

@@ -23,7 +23,9 @@ def system_prompt(env: Env, compat: str | None = None, style: str = "full") -> s
         return text + (f'\nUp to {n} actions per turn, separated by " || "' if n > 1 else "")
     text = "You're a helpful assistant. " + env.instructions
     if env.symbol_legend:
-        text += "\nThe meaning of each symbol in the state is:\n" + ", ".join(f"{s}: {m}" for s, m in env.symbol_legend.items())
+        text += "\nThe meaning of each symbol in the state is:\n" + ", ".join(
+            f"{s}: {m}" for s, m in env.symbol_legend.items()
+        )
     if env.action_names:
         text += "\nYour available actions are:\n" + ", ".join(env.action_names)
     n = cfg.max_actions_per_episode if compat == "ragen" else cfg.max_actions_per_turn
@@ -37,7 +39,11 @@ def turn_text(turn: int, obs: str, actions_left: int, max_tokens: int, warning: 
     """User text of turn ``turn`` (1-based); ``compact`` drops the format reminder."""
     if style == "compact":
         return f"\nTurn {turn}:\nState:\n{obs}\n{WARNING if warning else ''}You have {actions_left} actions left.\n"
-    fmt = "<think> [Your thoughts] </think> <answer> [your answer] </answer>" if enable_think else "<answer> [your answer] </answer>"
+    fmt = (
+        "<think> [Your thoughts] </think> <answer> [your answer] </answer>"
+        if enable_think
+        else "<answer> [your answer] </answer>"
+    )
     return (
         f"\nTurn {turn}:\nState:\n{obs}\n{WARNING if warning else ''}You have {actions_left} actions left. "
         f"Always output: {fmt} with no extra text. Strictly follow this format. "

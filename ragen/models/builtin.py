@@ -101,7 +101,9 @@ def _episode_texts(env: Env, s: int, rng: random.Random) -> Iterator[str]:
         yield f"<think>{rationale}</think><answer>{answer or ''}</answer><|im_end|>"
         res = ep.step_turn(answer)
         if not ep.done:
-            yield reward_text(res.reward) + turn_text(ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed)
+            yield reward_text(res.reward) + turn_text(
+                ep.turn + 1, ep.obs, ep.actions_left, cfg.max_tokens, warning=not res.executed
+            )
 
 
 def build_corpus(envs: Sequence[str | Env], seeds: int = CORPUS_SEEDS) -> list[str]:
@@ -132,7 +134,8 @@ CELL_PATTERN = r"[^\w\s]|_|\d|[A-Z](?![a-z])"
 def train_tokenizer(texts: Sequence[str], vocab_size: int = 1024, cell_tokens: bool = True):
     """A byte-level BPE ``PreTrainedTokenizerFast`` with the ChatML template, eos ``<|im_end|>``, pad ``<|endoftext|>``.
 
-    ``cell_tokens`` isolates the characters of ``CELL_PATTERN`` before BPE (see there); ``False`` is plain byte-level BPE.
+    ``cell_tokens`` isolates the characters of ``CELL_PATTERN`` before BPE (see there); ``False`` is plain byte-level
+    BPE.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

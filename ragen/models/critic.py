@@ -23,8 +23,12 @@ class ValueModel(nn.Module):
         base = AutoModel.from_pretrained(model_dir, dtype=dtype, **kwargs)
         return cls(base, base.config.hidden_size).to(dtype)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        hidden = self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        hidden = self.base(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state
         v = self.value_head(hidden).squeeze(-1).float()
         out = torch.zeros_like(v)
         out[:, 1:] = v[:, :-1]

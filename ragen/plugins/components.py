@@ -74,8 +74,10 @@ def preset_with(preset: Any, options: dict, path: str = "algo.options") -> Any:
     out = structure(type(preset), merged, path=path)
     unused = sorted(set(out.shaper_options) - set(out.shapers))
     if unused:
-        raise ConfigError(f"{path}.shaper_options.{unused[0]}: the preset applies no shaper {unused[0]!r} (its shapers: "
-                          f"{', '.join(out.shapers) or 'none'}); add it to {path}.shapers or drop its options")
+        raise ConfigError(
+            f"{path}.shaper_options.{unused[0]}: the preset applies no shaper {unused[0]!r} (its shapers: "
+            f"{', '.join(out.shapers) or 'none'}); add it to {path}.shapers or drop its options"
+        )
     return out
 
 

@@ -31,7 +31,7 @@ from ragen.plugins.registry import Registry, printable
 ENTRY_POINT_GROUP = "ragen"
 #: the core's own components, registered as plugins by module name so this loader imports none of them itself
 #: (simonw/llm's pattern): the default action parsers and the ``remote`` env
-DEFAULT_PLUGINS = ("ragen.plugins.builtin", "ragen.envs.remote")
+DEFAULT_PLUGINS = ("ragen.plugins.builtin", "ragen.serve.remote")
 ALLOW_ENV_VAR = "RAGEN_LOAD_PLUGINS"
 
 #: registry kind -> the hook that fills it

@@ -21,6 +21,8 @@ class Component:
     dist: str
     description: str
     defaults: dict = attrs.field(factory=dict)
+    #: an estimator that reads ``AdvantageInput.values``: a preset without a critic is refused before the run builds
+    needs_critic: bool = False
 
 
 class Registry:
@@ -43,9 +45,16 @@ class Registry:
         config: type | None = None,
         description: str | None = None,
         defaults: dict | None = None,
+        needs_critic: bool = False,
     ) -> Component:
         if not isinstance(name, str) or not name or name != name.strip():
             raise RegistrationError(f"{dist}: {self.kind} name must be a non-empty string, got {name!r}")
+        if not isinstance(needs_critic, bool):
+            raise RegistrationError(f"{dist}: needs_critic of {self.kind} {name!r} must be True or False, "
+                                    f"got {needs_critic!r}")
+        if needs_critic and self.kind != "estimator":
+            raise RegistrationError(f"{dist}: needs_critic is declared by advantage estimators, not by the "
+                                    f"{self.kind} {name!r}")
         if config is not None and not attrs.has(config):
             raise RegistrationError(f"{dist}: config of {self.kind} {name!r} must be an attrs class, got {config!r}")
         if self.kind == "env":
@@ -54,7 +63,8 @@ class Registry:
             raise DuplicateNameError(self.kind, name, self._items[name].dist, dist)
         if description is None:
             description = _first_line(getattr(factory, "__doc__", None))
-        item = Component(self.kind, name, factory, config, dist, printable(description or ""), dict(defaults or {}))
+        item = Component(self.kind, name, factory, config, dist, printable(description or ""), dict(defaults or {}),
+                         needs_critic=needs_critic)
         self._items[name] = item
         return item
 
@@ -84,14 +94,17 @@ class Registry:
 def _env_config(name: str, factory: Any, config: type | None, dist: str) -> type:
     """An env's config class: the one registered, else the env class's ``config_cls`` (``EnvConfig`` unless the class
     names its own). The core reads every env's episode budget (``max_turns``, ...) from it, so a registration without
-    ``config=`` gets one instead of failing at the first update, and a config that is not an ``EnvConfig`` is refused."""
+    ``config=`` gets one instead of failing at the first update, and a config that is not an ``EnvConfig`` is
+    refused."""
     from ragen.contract.env import EnvConfig
 
     if config is None:
         config = getattr(factory, "config_cls", EnvConfig)
     if not (isinstance(config, type) and issubclass(config, EnvConfig)):
-        raise RegistrationError(f"{dist}: config of env {name!r} must subclass ragen.EnvConfig (the core reads the episode "
-                                f"budget from it), got {config!r}")
+        raise RegistrationError(
+            f"{dist}: config of env {name!r} must subclass ragen.EnvConfig (the core reads the episode "
+            f"budget from it), got {config!r}"
+        )
     return config
 
 

@@ -24,8 +24,17 @@ class ExpertEngine:
     def eos_token_ids(self) -> list[int]:
         return [self.eos_id]
 
-    def sync_weights(self, model: Any) -> None:
-        pass
+    @property
+    def logprobs_exact(self) -> bool:
+        """Never: its log-probs are placeholders (0.0), not a model's."""
+        return False
+
+    def sync_weights(self, model: Any) -> dict[str, float]:
+        """No weights: the answers come from the envs' experts."""
+        return {}
+
+    def close(self) -> None:
+        """Nothing to release."""
 
     def generate(self, prompts, params):
         raise TypeError("ExpertEngine answers per env: the rollout calls generate_for_envs")
@@ -54,6 +63,7 @@ class ExpertEngine:
         return f"{think}</think>{answer_part}"
 
     def generate_for_envs(self, envs, prompts, params: SamplingParams) -> list[Generation]:
+        """Each env's expert answer for its current state, tokenized, ending on the EOS id (log-probs 0.0)."""
         out = []
         for env, prompt in zip(envs, prompts, strict=True):
             text = self.response_text(env, self._episode_rng(env, len(prompt)))

@@ -45,7 +45,7 @@ import torch
 
 from ragen.errors import ConfigError
 from ragen.rollout.context import stop_ids
-from ragen.rollout.engine import Generation, SamplingParams, check_prompts
+from ragen.rollout.engine import Generation, SamplingParams, check_prompts, cut_at_stop
 
 
 class _LogprobRecorder:
@@ -66,7 +66,8 @@ class _LogprobRecorder:
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
         n = sequences.shape[1] - self.prompt_len
         if len(self.values) < n and self.prev is not None:
-            last = sequences[:, self.prompt_len + len(self.values)][:, None].to(self.prev.device)  # sequences come back on the CPU
+            # sequences come back on the CPU
+            last = sequences[:, self.prompt_len + len(self.values)][:, None].to(self.prev.device)
             self.values.append(self.prev.gather(1, last).squeeze(1))
         if n <= 0:
             return torch.zeros(sequences.shape[0], 0)
@@ -174,13 +175,22 @@ class HFEngine:
     def eos_token_ids(self) -> list[int]:
         return list(self._eos)
 
-    def sync_weights(self, model: Any) -> None:
-        """HF shares the trainer's module: nothing to copy (swap the module if a different one is given). The weights
-        changed, so no cached key/value may be reused."""
+    def sync_weights(self, model: Any) -> dict[str, float]:
+        """HF shares the trainer's module: nothing to copy (swap the module if a different one is given), nothing to
+        report. The weights changed, so no cached key/value may be reused."""
         self._kv.clear()
         if model is not None and model is not self.model:
             self.model = model
             self._static.clear()  # sized and typed for the old module's keys
+        return {}
+
+    def close(self) -> None:
+        """Nothing to release: the module is the trainer's."""
+
+    def generate_for_envs(self, envs: Sequence[Any], prompts: list[list[int]],
+                          params: SamplingParams) -> list[Generation]:
+        """The model answers from the prompts alone."""
+        return self.generate(prompts, params)
 
     @property
     def device(self) -> torch.device:
@@ -282,7 +292,8 @@ class HFEngine:
         return hits
 
     def _keep(self, prompts, gens, attention_mask: torch.Tensor, cache: Any, kept: dict) -> None:
-        """Put into ``kept`` each row's keys/values of its prompt and all sampled ids but the last, for the next call."""
+        """Put into ``kept`` each row's keys/values of its prompt and all sampled ids but the last, for the next
+        call."""
         if not self.kv_reuse or cache is None:
             return
         width = attention_mask.shape[1]
@@ -324,7 +335,8 @@ class HFEngine:
         recorder = _LogprobRecorder(width, params.temperature)
         saved = getattr(self.model, "generation_config", None)
         was_training = bool(getattr(self.model, "training", False))
-        rng = torch.random.fork_rng(devices=[device] if device.type == "cuda" else []) if params.seed is not None else contextlib.nullcontext()
+        rng = (torch.random.fork_rng(devices=[device] if device.type == "cuda" else []) if params.seed is not None
+               else contextlib.nullcontext())
         try:
             self.model.eval()  # sampling never uses dropout; the trainer's mode is restored below
             self.model.generation_config = GenerationConfig(eos_token_id=self._eos, pad_token_id=self.pad_token_id)
@@ -346,14 +358,7 @@ class HFEngine:
         new = sequences[:, width:].tolist()
         lps = logprobs.tolist()
         eos = set(self._eos)
-        gens = []
-        for ids, lp in zip(new, lps):
-            cut = next((k + 1 for k, t in enumerate(ids) if t in eos), None)
-            if cut is None:
-                cut = min(len(ids), int(params.max_new_tokens))
-                gens.append(Generation(ids[:cut], lp[:cut], "length"))
-            else:
-                gens.append(Generation(ids[:cut], lp[:cut], "stop"))
+        gens = [cut_at_stop(ids, lp, eos, params.max_new_tokens) for ids, lp in zip(new, lps)]
         self._keep(prompts, gens, attention_mask, getattr(result, "past_key_values", None), kept)
         return gens
 

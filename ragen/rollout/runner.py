@@ -143,8 +143,10 @@ class RolloutSettings:
     chat_format: ChatFormat = option(doc="The chat template study (``ChatFormat``): the tokenizer, the prefill "
                                          "(``<think>`` or ``<answer>``) and the end-of-turn token.")
     parser: Callable[[str], Parsed] | None = option(None, "A registered action parser (``make_component('parser', "
-                                                          "name)``), called on prefill + decoded ids (the closing end-of-turn id left out); None = "
-                                                          "the built-in ``think-answer`` parser with the chat format's think setting.")
+                                                          "name)``), called on prefill + decoded ids (the closing "
+                                                          "end-of-turn id left out); None = the built-in "
+                                                          "``think-answer`` parser with the chat format's think "
+                                                          "setting.")
     parsers: dict[str, tuple[Callable[[str], Parsed], ChatFormat]] = option(
         factory=dict, doc="Env name -> (parser, chat format) for envs whose parser differs from ``parser`` (several "
                           "envs in one run).")
@@ -161,7 +163,8 @@ class RolloutSettings:
 
 
 def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], sampling: SamplingParams,
-                settings: RolloutSettings, *, step: int = 0, policy_version: int = 0, progress: Any = None) -> RolloutResult:
+                settings: RolloutSettings, *, step: int = 0, policy_version: int = 0,
+                progress: Any = None) -> RolloutResult:
     """Play one episode per slot to the end; returns ``RolloutResult(trajectories, failed_envs, errors, metrics)``.
 
     ``envs``: an ``EnvGroups`` (its ``slots(step)`` are played) or explicit slots. ``sampling``: temperature/top_p and
@@ -172,7 +175,8 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
     """
     fmt, tokenizer = settings.chat_format, settings.chat_format.tokenizer
     parsers, compat, format_penalty, style = settings.parsers, settings.compat, settings.format_penalty, settings.prompt
-    max_model_len, response_length, overlap_chunks = settings.max_model_len, settings.response_length, settings.overlap_chunks
+    max_model_len, response_length = settings.max_model_len, settings.response_length
+    overlap_chunks = settings.overlap_chunks
     max_context_window, env_workers = settings.max_context_window, settings.env_workers
     stepper = EnvStepper(env_workers)
     parser = settings.parser
@@ -190,7 +194,8 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
     timing = defaultdict(float)
 
     def fail(slot: EnvSlot, where: str, exc: BaseException) -> None:
-        msg = f"{slot.env_name} seed {slot.seed} member {slot.rollout_index}: {where} raised {type(exc).__name__}: {exc}"
+        msg = (f"{slot.env_name} seed {slot.seed} member {slot.rollout_index}: {where} raised "
+               f"{type(exc).__name__}: {exc}")
         log.warning("env_failed_trajectory_dropped", error=msg, traceback="".join(traceback.format_exception(exc)))
         errors.append(msg)
 
@@ -209,8 +214,8 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
             continue
         the_parser, the_fmt = (parsers or {}).get(slot.env_name, (parser, fmt))
         if the_fmt is not fmt:  # this env's parser has its own prefill: its prompt is rendered with it
-            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=the_fmt.enable_think,
-                             style=style)
+            user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False,
+                             enable_think=the_fmt.enable_think, style=style)
         ctx = ChatContext(the_fmt, system, user, window=max_context_window)
         traj = Trajectory(
             env_name=slot.env_name,
@@ -248,13 +253,12 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
                 params = sampling.derive(rnd, length, max_new_tokens=length)
                 params = params.derive(c) if overlap_chunks > 1 else params
                 prompts = [m.ctx.prompt() for m in chunk]
-                per_env = getattr(engine, "generate_for_envs", None)  # engines that answer from env state (expert demos)
-                gens = per_env([m.slot.env for m in chunk], prompts, params) if per_env else engine.generate(prompts, params)
+                gens = engine.generate_for_envs([m.slot.env for m in chunk], prompts, params)
                 if len(gens) != len(chunk):
                     raise RuntimeError(f"engine returned {len(gens)} generations for {len(chunk)} prompts")
                 for m, g in zip(chunk, gens):
-                    job = functools.partial(_apply, m, g, length, tokenizer, m.parser, m.fmt, eos_ids, max_model_len, compat,
-                                            style)
+                    job = functools.partial(_apply, m, g, length, tokenizer, m.parser, m.fmt, eos_ids, max_model_len,
+                                            compat, style)
                     # with a pool, these envs step while the engine generates the next chunk (stepping.py)
                     results.append((m, stepper.submit(m.slot.env, job) if stepper.workers > 1 else job))
         timing["generate_s"] += time.perf_counter() - t0
@@ -412,17 +416,19 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
 
 
 def first_answer(traj: Trajectory) -> str | None:
-    """The first turn's parsed answer without whitespace and case (``Up || Left`` = ``up||left``), None if it had none."""
+    """The first turn's parsed answer without whitespace and case (``Up || Left`` = ``up||left``), None if it had
+    none."""
     answer = traj.turns[0].answer if traj.turns else None
     return None if answer is None else "".join(answer.split()).lower()
 
 
 def state_dependence(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """Whether a policy reads its state (docs/report.md, "State dependence"): ``optimal_action_rate``, the share of executed actions the
-    env's expert judged optimal in the state they were applied to, beside ``optimal_action_chance``, what a uniformly
-    random choice among the action names scores on the same states (both only where the expert could judge: absent,
-    not 0, otherwise); and ``distinct_first_answers``, how many different first answers the episodes gave (a policy
-    that ignores the state gives one answer on every level at low temperature)."""
+    """Whether a policy reads its state (docs/report.md, "State dependence"): ``optimal_action_rate``, the share of
+    executed actions the env's expert judged optimal in the state they were applied to, beside
+    ``optimal_action_chance``, what a uniformly random choice among the action names scores on the same states (both
+    only where the expert could judge: absent, not 0, otherwise); and ``distinct_first_answers``, how many different
+    first answers the episodes gave (a policy that ignores the state gives one answer on every level at low
+    temperature)."""
     turns = [t for tr in trajs for t in tr.turns]
     judged = sum(t.info.get(ACTIONS_JUDGED, 0.0) for t in turns)
     m: dict[str, float] = {}
@@ -448,7 +454,8 @@ class Rollout:
                  factory: Callable[[str, dict], Any] | None = None, shard: tuple[int, int] = (0, 1)):
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
         r = cfg.rollout
-        self.chat_format = ChatFormat(tokenizer, enable_think=parser_thinks(r.parser, getattr(r, "parser_options", None)))
+        thinks = parser_thinks(r.parser, getattr(r, "parser_options", None))
+        self.chat_format = ChatFormat(tokenizer, enable_think=thinks)
         # envs declaring concurrency='process' are built in worker processes when env_workers > 1 (stepping.py)
         self._pooled = PooledFactory(factory or default_factory, int(getattr(r, "env_workers", 1) or 1))
         self._factory = {"factory": self._pooled, "shard": shard}
@@ -462,13 +469,14 @@ class Rollout:
             format_penalty=float(getattr(getattr(cfg, "trainer", None), "format_penalty", FORMAT_PENALTY)),
             response_length=int(getattr(r, "response_length", 0) or 0),
             max_context_window=int(getattr(r, "max_context_window", 0) or 0),
-            env_workers=int(getattr(r, "env_workers", 1) or 1), overlap_chunks=int(getattr(r, "overlap_chunks", 1) or 1),
+            env_workers=int(getattr(r, "env_workers", 1) or 1),
+            overlap_chunks=int(getattr(r, "overlap_chunks", 1) or 1),
         )
         # env by env, in list order: a group never mixes envs (each GroupSpec fills its own groups)
         self.specs = [GroupSpec(p.name, p.n_groups, dict(p.options)) for p in train]
         self.spec = self.specs[0]
-        self.train_groups = EnvGroups(self.specs, group_size=int(r.group_size), levels=int(getattr(r, "train_levels", 0)),
-                                      **self._factory)
+        self.train_groups = EnvGroups(self.specs, group_size=int(r.group_size),
+                                      levels=int(getattr(r, "train_levels", 0)), **self._factory)
         self._val_groups: EnvGroups | None = None
 
     def _env_parsers(self, plan: list) -> dict[str, tuple[Callable[[str], Parsed], ChatFormat]]:
@@ -502,8 +510,9 @@ class Rollout:
         return self._run(self.val_groups, 0, params, policy_version, progress=progress)
 
     def paired_batch(self, n_levels: int, policy_version: int = 0, progress: Any = None) -> RolloutResult:
-        """``n_levels`` validation levels of each validation env (seeds 123..), one greedy episode each: the before/after
-        comparison of a run (ragen/runs/paired.py). Its own pool, closed after the pass: it runs twice per run."""
+        """``n_levels`` validation levels of each validation env (seeds 123..), one greedy episode each: the
+        before/after comparison of a run (ragen/runs/paired.py). Its own pool, closed after the pass: it runs twice
+        per run."""
         specs = [GroupSpec(p.name, int(n_levels), dict(p.options)) for p in self._val_plan]
         with EnvGroups.validation(specs, **self._factory) as groups:
             return self._run(groups, 0, SamplingParams(temperature=0.0, top_p=1.0), policy_version, progress=progress)

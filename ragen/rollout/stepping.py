@@ -3,8 +3,9 @@ envs that need them.
 
 An env class declares ``concurrency`` (``ragen.contract.env.Env``): "none" envs are stepped one at a time in the calling
 thread, exactly as before; "thread" envs (they wait on a sandbox subprocess, a socket, a served env) have their
-turns applied in a thread pool; "process" envs live in ``env_workers`` worker processes (a pipe each, the
-``serve-env`` protocol) and are driven from the same thread pool, each worker stepping one env at a time.
+turns applied in a thread pool; "process" envs live in ``env_workers`` worker processes
+(``ragen.serve.table.ProcessEnvPool``: the worker pool and protocol of ``serve-env``) and are driven from the same
+thread pool, each worker stepping one env at a time.
 
 Results do not depend on the pool: each job touches only its own episode (its env, its context, its record), the
 caller collects the outcomes in slot order, and envs seed their own RNGs per episode (never a shared global one),
@@ -16,14 +17,13 @@ async rollout, docs/async-rollout.md).
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ragen.contract.env import Env
-from ragen.errors import ConfigError, RemoteEnvError
+from ragen.errors import ConfigError
+from ragen.serve.table import ProcessEnvPool
 
 CONCURRENCY = ("none", "thread", "process")
 
@@ -76,109 +76,7 @@ class EnvStepper:
             self._pool = None
 
 
-# ---- "process" envs: EpisodeTables in worker processes, driven through RemoteEnv -------------------------------
-def _worker_main(conn: Any, factory: Callable[[], Env]) -> None:
-    """A worker process: one ``EpisodeTable`` answering ``(method, path, body)`` requests until the pipe closes."""
-    from ragen.envs.server import EpisodeTable
-
-    try:
-        table = EpisodeTable(factory, episode_timeout_s=10**9)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent as the first answer
-        conn.send((400, {"error": f"{type(exc).__name__}: {exc}", "kind": "config"}))
-        return
-    conn.send((200, {"ok": True}))
-    try:
-        while True:
-            try:
-                method, path, body = conn.recv()
-            except (EOFError, OSError):
-                break
-            conn.send(table.dispatch(method, path, body))
-    finally:
-        table.close()
-
-
-class _PipeTransport:
-    """The ``ragen.envs.remote.Transport`` of one worker process; requests to one worker are serialised by a lock."""
-
-    def __init__(self, worker: _Worker):
-        self.worker, self.where = worker, f"env worker process {worker.proc.pid}"
-
-    def call(self, method: str, path: str, body: dict | None = None) -> Any:
-        from ragen.envs.remote import raise_for
-
-        status, payload = self.worker.request(method, path, body)
-        raise_for(self.where, status, payload)
-        return payload
-
-    def close(self) -> None:
-        """The worker is shared by several envs: the pool closes it."""
-
-
-class _Worker:
-    def __init__(self, factory: Callable[[], Env]):
-        ctx = multiprocessing.get_context("spawn")  # a fork of a process with torch threads may deadlock
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, factory), daemon=True, name="ragen-env-worker")
-        self.proc.start()
-        child.close()
-        self.lock = threading.Lock()
-
-    def ready(self) -> None:
-        status, payload = self._recv()
-        if status >= 400:
-            raise ConfigError(f"env worker process: {payload.get('error', payload)}")
-
-    def _recv(self) -> tuple[int, Any]:
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError):
-            raise RemoteEnvError(f"env worker process {self.proc.pid} died (exit code {self.proc.exitcode})") from None
-
-    def request(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        with self.lock:
-            try:
-                self.conn.send((method, path, body))
-            except (BrokenPipeError, OSError):
-                raise RemoteEnvError(f"env worker process {self.proc.pid} is gone") from None
-            return self._recv()
-
-    def close(self) -> None:
-        self.conn.close()
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(timeout=5)
-
-
-class ProcessEnvPool:
-    """``workers`` processes serving one env variant; ``make()`` returns a ``RemoteEnv`` bound round-robin to one."""
-
-    def __init__(self, name: str, factory: Callable[[], Env], workers: int):
-        self.name = name
-        self._workers = [_Worker(factory) for _ in range(workers)]
-        try:
-            for w in self._workers:
-                w.ready()
-        except BaseException:
-            self.close()
-            raise
-        self._next = 0
-
-    def make(self) -> Env:
-        from ragen.envs.remote import RemoteConfig, RemoteEnv
-
-        worker = self._workers[self._next % len(self._workers)]
-        self._next += 1
-        env = RemoteEnv(RemoteConfig(), transport=_PipeTransport(worker))
-        env.name = self.name
-        return env
-
-    def close(self) -> None:
-        for w in self._workers:
-            w.close()
-
-
+# ---- "process" envs: in worker processes (ragen.serve's worker pool), driven through the remote env ------------
 class PooledFactory:
     """The rollout's env factory: envs declaring "process" are built in worker processes when ``workers`` > 1,
     every other env by ``factory`` in this process."""

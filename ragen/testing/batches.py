@@ -134,6 +134,8 @@ def reordered(inp, order: Sequence[int]):
         value = getattr(inp, field.name)
         if value is None or isinstance(value, (dict, int, float)) or (isinstance(value, Sequence) and not value):
             continue  # None, the component's own metrics dict, a batch-wide number (n_groups), or an empty field
+        if callable(value):  # a batch-wide function (all_reduce_sum)
+            continue
         if hasattr(value, "shape"):  # a tensor: rows are trajectories
             import torch
 

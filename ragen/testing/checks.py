@@ -221,8 +221,12 @@ def _shaper_deterministic(new, **_) -> str:
     a, b = new(), new()
     for label, trajs in scenarios().items():
         first = _scores(a(shape_input(trajs)), len(trajs), label)
-        _expect(first == _scores(a(shape_input(trajs)), len(trajs), label) == _scores(b(shape_input(trajs)), len(trajs), label),
-                f"{label}: different scores for the same input")
+        _expect(
+            first
+            == _scores(a(shape_input(trajs)), len(trajs), label)
+            == _scores(b(shape_input(trajs)), len(trajs), label),
+            f"{label}: different scores for the same input",
+        )
     return "same scores on every call"
 
 
@@ -251,10 +255,15 @@ def _advantages(out: Any, inp: Any, where: str) -> None:
     _expect(isinstance(adv, torch.Tensor) and adv.is_floating_point(),
             f"{where}: advantages is {type(adv).__name__}{'' if not hasattr(adv, 'dtype') else ' ' + str(adv.dtype)}, "
             "not a float tensor")
-    _expect(tuple(adv.shape) == tuple(inp.mask.shape), f"{where}: advantages {tuple(adv.shape)}, mask {tuple(inp.mask.shape)}")
+    _expect(
+        tuple(adv.shape) == tuple(inp.mask.shape),
+        f"{where}: advantages {tuple(adv.shape)}, mask {tuple(inp.mask.shape)}",
+    )
     _expect(bool(torch.isfinite(adv).all()), f"{where}: non-finite advantages")
     off = adv.detach().cpu()[inp.mask.cpu() == 0]
-    _expect(bool((off == 0).all()), f"{where}: advantages off the mask are not 0 (largest {off.abs().max().item():.3g})")
+    _expect(
+        bool((off == 0).all()), f"{where}: advantages off the mask are not 0 (largest {off.abs().max().item():.3g})"
+    )
     if out.returns is not None:
         ret = out.returns
         _expect(isinstance(ret, torch.Tensor) and tuple(ret.shape) == tuple(inp.mask.shape),
@@ -304,7 +313,9 @@ def _estimator_input_unchanged(new, **_) -> str:
     for label, inp in _estimator_inputs().items():
         before = _snapshot(inp)
         estimate(inp)
-        _expect(_same(before, _snapshot(inp)), f"{label}: the estimator changed a tensor of its AdvantageInput in place")
+        _expect(
+            _same(before, _snapshot(inp)), f"{label}: the estimator changed a tensor of its AdvantageInput in place"
+        )
     return "AdvantageInput tensors left as they were"
 
 

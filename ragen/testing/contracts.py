@@ -45,7 +45,9 @@ def component_contract_tests(kind: str, names: Sequence[str]) -> Callable:
     """The contract checks of ``kind`` components (``parser``, ``shaper``, ``estimator``, ``filter``) as one test
     parametrised over ``names``; an entry may be ``(name, options)`` to check a component with options::
 
-        test_filter_contract = component_contract_tests("filter", ["corridor-spread", ("corridor-spread", {"min_spread": 1})])
+        test_filter_contract = component_contract_tests(
+            "filter", ["corridor-spread", ("corridor-spread", {"min_spread": 1})]
+        )
     """
     import pytest
 

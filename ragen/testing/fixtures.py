@@ -1,4 +1,5 @@
-"""The pytest fixtures of ``ragen.testing`` (registered by its ``pytest_configure`` hook; this module imports pytest)."""
+"""The pytest fixtures of ``ragen.testing`` (registered by its ``pytest_configure`` hook; this module imports
+pytest)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ def run_two_steps(env: str, tmp_path: Path, *extra: str, response_length: int | 
     """
     length = [] if response_length is None else [f"rollout.response_length={response_length}"]
     proc = subprocess.run(
-        ragen_cmd("run", "--env", env, "--algo", "grpo", *TINY, "trainer.steps=2", "rollout.n_groups=2", "rollout.group_size=2",
+        ragen_cmd("run", "--env", env, "--algo", "grpo", *TINY, "trainer.steps=2", "rollout.n_groups=2",
+                  "rollout.group_size=2",
                   "rollout.n_val_groups=2", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
                   "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r", *length, *extra),
         env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,

@@ -98,7 +98,9 @@ def filter_result(component: Any, result: Any, group_ids: Iterable[int]) -> Filt
     try:
         kept = list(result.kept_groups)
     except TypeError:
-        raise _breach(component, f"kept_groups is {type(result.kept_groups).__name__}, expected a list of group ids") from None
+        raise _breach(
+            component, f"kept_groups is {type(result.kept_groups).__name__}, expected a list of group ids"
+        ) from None
     unknown = sorted({g for g in kept if g not in known}, key=repr)
     if unknown:
         raise _breach(component, f"kept unknown group ids {unknown[:5]} (the groups it was shown: "
@@ -135,7 +137,9 @@ def _tensor(component: Any, name: str, value: Any, shape: tuple[int, int]) -> No
     if not isinstance(value, torch.Tensor):
         raise _breach(component, f"{name} is {type(value).__name__}, expected a tensor of shape {list(shape)}")
     if tuple(value.shape) != tuple(shape):
-        raise _breach(component, f"{name} has shape {list(value.shape)}, expected {list(shape)} (trajectories x tokens)")
+        raise _breach(
+            component, f"{name} has shape {list(value.shape)}, expected {list(shape)} (trajectories x tokens)"
+        )
     if not bool(torch.isfinite(value).all()):
         raise _breach(component, f"{name} holds {int((~torch.isfinite(value)).sum())} non-finite values")
 

@@ -432,8 +432,14 @@ class CollapseDiagnostics:
         for scheme in c.schemes:
             prefix = f"collapse_{scheme}_sample/"
             if prefix + "mi_estimate" in metrics:
-                metrics["collapse/regime"] = float(regime(metrics[prefix + "conditional_entropy_est"],
-                                                          metrics[prefix + "mi_estimate"], c.h_threshold, c.i_threshold))
+                metrics["collapse/regime"] = float(
+                    regime(
+                        metrics[prefix + "conditional_entropy_est"],
+                        metrics[prefix + "mi_estimate"],
+                        c.h_threshold,
+                        c.i_threshold,
+                    )
+                )
                 return
 
     def state_dict(self) -> dict:

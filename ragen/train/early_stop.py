@@ -31,7 +31,8 @@ class EarlyStopper:
     low_val: int = 0
 
     def after_step(self, metrics: dict) -> str | None:
-        """Update with one step's metrics (``rollout/empty_after_filter``, ``reward/group_std``); returns a stop reason."""
+        """Update with one step's metrics (``rollout/empty_after_filter``, ``reward/group_std``); returns a stop
+        reason."""
         c = self.cfg
         self.empty = self.empty + 1 if metrics.get("rollout/empty_after_filter") else 0
         metrics["rollout/consecutive_empty_after_filter_steps"] = float(self.empty)  # the one count of the streak
@@ -52,7 +53,9 @@ class EarlyStopper:
     def after_validation(self, metrics: dict) -> str | None:
         """Update with one validation's ``val/<variant>/success`` (or ``val/success``); returns a stop reason."""
         c = self.cfg
-        per_variant = [v for k, v in metrics.items() if k.startswith("val/") and k.endswith("/success") and k.count("/") == 2]
+        per_variant = [
+            v for k, v in metrics.items() if k.startswith("val/") and k.endswith("/success") and k.count("/") == 2
+        ]
         values = per_variant or [metrics[k] for k in ("val/success",) if k in metrics]
         if not values:
             return None

@@ -17,7 +17,8 @@ from ragen.train.shared_prefix import prefix_plan, shareable, shared_prefix_hidd
 class Policy:
     """The actor's forward passes, and the critic's and the reference's, as the step needs them."""
 
-    #: a group's shared prompt runs once in the training forward passes (``ragen.train.shared_prefix``); off: every row whole
+    #: a group's shared prompt runs once in the training forward passes (``ragen.train.shared_prefix``);
+    #: off: every row whole
     share_prefix = True
 
     def __init__(self, cfg: RunConfig, preset: AlgorithmPreset, actor, critic=None, reference=None, lora: bool = False):
@@ -30,7 +31,8 @@ class Policy:
 
         The decoder runs up to the last sampled token of the micro-batch (what follows cannot change a causal
         model's earlier states) and the LM head only where a sampled token is predicted (``sampled_logprobs``). Rows
-        that share a prompt (a group's members) run it once (``ragen.train.shared_prefix``) unless ``share_prefix`` is off."""
+        that share a prompt (a group's members) run it once (``ragen.train.shared_prefix``) unless ``share_prefix`` is
+        off."""
         module = self.actor.module if module is None else module
         width = batch.input_ids.shape[1]
         sampled = batch.loss_mask.sum(0).nonzero()
@@ -38,7 +40,8 @@ class Policy:
         ids, lmask = batch.input_ids[:, :end], batch.loss_mask[:, :end]
         plan = None  # packed history-window rows (blocks) restart positions: the plain path
         # ZeRO-2 reduces each gradient in a hook as soon as it is ready: a parameter used by both passes would be
-        # reduced twice, once half-accumulated (grad norm 2.4% off stage 0 in test_distributed), so stage 2 runs rows whole
+        # reduced twice, once half-accumulated (grad norm 2.4% off stage 0 in test_distributed), so stage 2 runs rows
+        # whole
         if self.share_prefix and self.cfg.trainer.zero_stage < 2 and batch.blocks is None and shareable(module):
             plan = prefix_plan(ids, lmask)
         if plan is None:
@@ -96,7 +99,8 @@ class Policy:
     @torch.no_grad()
     def reference_kl(self, batch: Batch, metrics: dict, beta: float) -> float:
         """Reference log-probs into ``batch.ref_logprobs`` and actor/ref_kl; with ``kl_reward_coef``, the KL-in-reward
-        term (-beta x KL, subtracted from the token rewards). Returns beta, adapted when the preset sets ``kl_target``."""
+        term (-beta x KL, subtracted from the token rewards). Returns beta, adapted when the preset sets
+        ``kl_target``."""
         ref = []
         for rows in micro_batches(list(range(len(batch))), self.cfg.trainer.micro_batch_size):
             ref.append(_pad_to(self._reference_logprobs(batch.rows(rows)), batch.input_ids.shape[1]))

@@ -38,8 +38,10 @@ def _refuse_link(path: Path) -> None:
     if path.is_symlink():
         from ragen.errors import RagenError
 
-        raise RagenError(f"run folder file {str(path)!r} is a symbolic link; ragen writes run files only inside the run "
-                         "folder (a run folder is data: docs/security.md)")
+        raise RagenError(
+            f"run folder file {str(path)!r} is a symbolic link; ragen writes run files only inside the run "
+            "folder (a run folder is data: docs/security.md)"
+        )
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -89,7 +91,12 @@ def _lines_up_to(path: Path, step: int) -> list[str]:
         except json.JSONDecodeError:
             row = None
         if not isinstance(row, dict):
-            log.warning("jsonl_line_dropped", file=str(path), line=number, reason="torn or not a JSON row (an interrupted write)")
+            log.warning(
+                "jsonl_line_dropped",
+                file=str(path),
+                line=number,
+                reason="torn or not a JSON row (an interrupted write)",
+            )
             continue
         if row.get("step", 0) <= step:
             keep.append(line)
@@ -99,8 +106,16 @@ def _lines_up_to(path: Path, step: int) -> list[str]:
 class RunWriter:
     """Writes the run folder; one instance per run, append-only so a resumed run continues its files."""
 
-    def __init__(self, run_dir: Path, config: dict, *, wandb: bool = False, wandb_project: str = "ragen", resume: bool = False,
-                 info: dict | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        config: dict,
+        *,
+        wandb: bool = False,
+        wandb_project: str = "ragen",
+        resume: bool = False,
+        info: dict | None = None,
+    ):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         config = redact(config)

@@ -131,8 +131,8 @@ def _components(cfg: RunConfig) -> tuple:
                ((preset.pre_filter, preset.pre_filter_options), (preset.filter, preset.filter_options)) if name]
     shapers = [make_component("shaper", name, **preset.shaper_options.get(name, {})) for name in preset.shapers]
     parser = make_component("parser", cfg.rollout.parser, **cfg.rollout.parser_options)
-    if preset.use_critic is False and preset.estimator == "gae":
-        raise ConfigError("algo.options.use_critic: the gae estimator needs a critic")
+    if preset.use_critic is False and get_registry("estimator").get(preset.estimator).needs_critic:
+        raise ConfigError(f"algo.options.use_critic: the {preset.estimator} estimator needs a critic")
     gate = make_gate(preset, {name: item.factory for name, item in envs.items()})
     return preset, env_configs, estimator, filters, shapers, parser, gate
 

@@ -18,8 +18,9 @@ import torch
 _SHAREABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def prefix_plan(input_ids: torch.Tensor, loss_mask: torch.Tensor,
-                min_saved: int = 16) -> tuple[list[int], list[int]] | None:
+def prefix_plan(
+    input_ids: torch.Tensor, loss_mask: torch.Tensor, min_saved: int = 16
+) -> tuple[list[int], list[int]] | None:
     """Each row's shared-prefix class and the class prefix lengths, or None when sharing would save fewer than
     ``min_saved`` tokens. A row's prefix is its ids before the token that predicts its first sampled token; rows with
     equal prefixes (a group's members in one micro-batch) form a class. Rows with no sampled token keep the plain

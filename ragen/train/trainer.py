@@ -47,7 +47,8 @@ class Trainer:
         self.early_stop, self.collapse, self.writer = parts.early_stop, parts.collapse, parts.writer
         self.kl_beta = self.preset.kl_reward_coef
         self.step_idx = 0
-        self.interrupted, self.saved_step = False, None  # Ctrl-C asked to stop (ragen/train/interrupt.py); last checkpoint
+        # Ctrl-C asked to stop (ragen/train/interrupt.py); the last checkpoint's step
+        self.interrupted, self.saved_step = False, None
 
     def _seed(self, *keys: int) -> int:
         return int(np.random.SeedSequence([self.cfg.trainer.seed, *keys]).generate_state(1)[0])
@@ -78,7 +79,8 @@ class Trainer:
         with timer.phase("filter"):
             rows, kept_ratio = self._filter(trajs, metrics)
         if not rows:  # a batch without a success under the gate is no filter's doing: it does not count towards a stop
-            log.warning("empty_after_filter" if metrics["rollout/empty_after_filter"] else "no_success_in_batch", step=step)
+            event = "empty_after_filter" if metrics["rollout/empty_after_filter"] else "no_success_in_batch"
+            log.warning(event, step=step)
             return self._log(metrics, trajs, timer)
 
         # ==== SHAPE: training scores of the kept trajectories (normalisation, penalties); raw stays untouched ====
@@ -108,7 +110,7 @@ class Trainer:
             metrics.update(self.updater(batch, step, n_global, seed=seed, measure_entropy=reused))
             if self.world > 1:
                 metrics["dist/replica_max_abs_diff"] = replica_diff(self.actor.module)
-            metrics.update(self.engine.sync_weights(self.actor.module) or {})  # vLLM: loaded, then verified on a probe
+            metrics.update(self.engine.sync_weights(self.actor.module))  # vLLM: loaded, then verified on a probe
 
         # ==== LOG: one metrics.jsonl line per step, sampled trajectories, console ====
         return self._log(metrics, trajs, timer)
@@ -120,7 +122,8 @@ class Trainer:
         n_groups = len(keep)
         keep -= self._gate(trajs, n_groups, metrics)
         gate_emptied = not keep
-        entropies = self._entropies(trajs) if keep and any(getattr(f, "needs_entropy", False) for f in self.filters) else None
+        wants_entropy = any(getattr(f, "needs_entropy", False) for f in self.filters)
+        entropies = self._entropies(trajs) if keep and wants_entropy else None
         for i, filt in enumerate(self.filters if keep else ()):
             idx = [j for j, t in enumerate(trajs) if t.group_id in keep]
             res = boundary.call_filter(filt, metrics, raw_rewards=[trajs[j].score for j in idx],
@@ -169,9 +172,12 @@ class Trainer:
         """The estimator's advantages (scaled by ``filter_loss_scaling``), and with a critic its values and returns."""
         p = self.preset
         values = self.policy.values(batch) if self.critic is not None else None
+        # each rank holds its own rows: batch-wide statistics (whitening) sum over the ranks
         out = boundary.call_estimator(self.estimator, values is not None, metrics, token_rewards=batch.token_rewards,
-                                      mask=batch.loss_mask, scores=batch.scores, group_ids=batch.group_ids, values=values,
-                                      turn_ids=batch.turn_ids, turn_scores=batch.turn_scores, kl_rewards=batch.kl_rewards)
+                                      mask=batch.loss_mask, scores=batch.scores, group_ids=batch.group_ids,
+                                      values=values, turn_ids=batch.turn_ids, turn_scores=batch.turn_scores,
+                                      kl_rewards=batch.kl_rewards, world_size=self.world,
+                                      all_reduce_sum=dp.all_reduce_sum)
         scale = {"none": 1.0, "linear": kept_ratio, "sqrt": kept_ratio ** 0.5}[p.filter_loss_scaling]
         batch.advantages = out.advantages.to(self.device).float() * scale
         if values is not None:
@@ -198,7 +204,8 @@ class Trainer:
         with bar:
             result = gather(self._rollout.val_batch(policy_version=self.step_idx, seed=self._seed(3, self.step_idx),
                                                     progress=bar), self.world)
-        self.writer.trajectories("val_trajectories.jsonl", [{"step": self.step_idx, **t.to_dict()} for t in result.trajectories])
+        self.writer.trajectories("val_trajectories.jsonl",
+                                 [{"step": self.step_idx, **t.to_dict()} for t in result.trajectories])
         return {f"val/{k}": v for k, v in result.metrics.items()}
 
     def paired_validate(self, label: str) -> tuple[dict, list]:
@@ -238,6 +245,6 @@ class Trainer:
         return checkpoint.export(self.run_dir / checkpoint.FINAL, self.actor.module, self.tokenizer, self.lora, parser)
 
     def close(self) -> None:
-        getattr(self.engine, "close", lambda: None)()
+        self.engine.close()
         self._rollout.close()
         self.writer.close()

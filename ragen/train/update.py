@@ -138,9 +138,11 @@ class Updater:
         log.warning("update_skipped", step=step, reason="non-finite loss or gradient", in_a_row=self.skipped_in_a_row)
         limit = self.cfg.trainer.max_skipped_updates
         if self.skipped_in_a_row >= limit and self.fatal is None:
-            self.fatal = (f"step {step + 1}: {self.skipped_in_a_row} consecutive updates skipped for a non-finite loss or "
-                          f"gradient (trainer.max_skipped_updates={limit}); checkpoint and final model saved in "
-                          f"{self.run_dir}")
+            self.fatal = (
+                f"step {step + 1}: {self.skipped_in_a_row} consecutive updates skipped for a non-finite loss or "
+                f"gradient (trainer.max_skipped_updates={limit}); checkpoint and final model saved in "
+                f"{self.run_dir}"
+            )
 
     @torch.no_grad()
     def _check_policy_finite(self, micro: Batch, step: int) -> None:

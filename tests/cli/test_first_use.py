@@ -14,7 +14,9 @@ def ragen(*args, cwd=None, timeout=300):
     return subprocess.run(ragen_cmd(*args), capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
-@pytest.mark.parametrize("command", [["run", "--env", "sokoban"], ["sft", "--env", "sokoban"], ["eval", "--env", "sokoban"]])
+@pytest.mark.parametrize(
+    "command", [["run", "--env", "sokoban"], ["sft", "--env", "sokoban"], ["eval", "--env", "sokoban"]]
+)
 def test_a_missing_local_model_path_fails_at_once_naming_it(command):
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()

@@ -25,7 +25,12 @@ NAMES = {"parser": "corridor-lenient", "shaper": "corridor-length-penalty", "est
 def package_from_docs(dest):
     """ragen-corridor as the page writes it; a file shown twice is the later (extended) version."""
     files = {m["path"]: m["code"] for m in BLOCK.finditer(DOC.read_text())}
-    assert {"pyproject.toml", "ragen_corridor/env.py", "ragen_corridor/__init__.py", "ragen_corridor/components.py"} <= set(files)
+    assert {
+        "pyproject.toml",
+        "ragen_corridor/env.py",
+        "ragen_corridor/__init__.py",
+        "ragen_corridor/components.py",
+    } <= set(files)
     for path, code in files.items():
         (dest / path).parent.mkdir(parents=True, exist_ok=True)
         (dest / path).write_text(code)
@@ -40,7 +45,9 @@ def corridor_pkg(tmp_path_factory):
 @pytest.fixture(scope="module")
 def corridor_site(corridor_pkg, tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
-    pip_install_target(site, corridor_pkg)  # a real install: metadata and the entry point come from the page's pyproject.toml
+    pip_install_target(
+        site, corridor_pkg
+    )  # a real install: metadata and the entry point come from the page's pyproject.toml
     return site
 
 
@@ -84,7 +91,9 @@ def test_walkthrough_plugin_trains_a_step_with_all_its_components(corridor, tmp_
                              f"logging.run_dir={tmp_path}", "logging.name=r", "collapse.enabled=false"],
                       env_name="corridor", algo_name="corridor-pg", parser_name="corridor-lenient")
     run = train(cfg)
-    assert corridor["parser"] > 0 and corridor["filter"] == 1 and corridor["estimator"] == 1 and corridor["shaper"] == 1, corridor
+    assert (
+        corridor["parser"] > 0 and corridor["filter"] == 1 and corridor["estimator"] == 1 and corridor["shaper"] == 1
+    ), corridor
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     step1 = next(r for r in rows if r["step"] == 1)
     assert step1["rollout/spread_kept"] == 1.0 and "actor/pg_loss" in step1

@@ -65,7 +65,9 @@ def test_docs_config_is_current():
 
     from ragen.config import config_markdown
 
-    assert (ROOT / "docs" / "config.md").read_text() == config_markdown(), "run: python -m ragen.config > docs/config.md"
+    assert (ROOT / "docs" / "config.md").read_text() == config_markdown(), (
+        "run: python -m ragen.config > docs/config.md"
+    )
 
 
 def test_ragen_reference_config_loads():

@@ -69,7 +69,9 @@ def test_a_lone_answer_matches_only_without_think():
 
 
 #: the core's parsers keep the parser contract a plugin's parser is checked against (ragen.testing)
-test_parser_contract = component_contract_tests("parser", ["think-answer", "answer", ("think-answer", {"enable_think": False})])
+test_parser_contract = component_contract_tests(
+    "parser", ["think-answer", "answer", ("think-answer", {"enable_think": False})]
+)
 
 
 @pytest.mark.parametrize("name,response", [("answer", "Right || Up</answer>Up \nTurn 3\nReward:\n0 hole 3, 3"),

@@ -35,25 +35,42 @@ def test_plans_from_both_forms():
     one = load_config(overrides=["env.name=frozenlake", "env.options={max_turns: 3}", "rollout.n_groups=3"])
     assert [(p.name, p.options, p.n_groups) for p in train_plan(one)] == [("frozenlake", {"max_turns": 3}, 3)]
     assert [(p.name, p.n_groups) for p in val_plan(one)] == [("frozenlake", 64)]
-    many = load_config(overrides=["env.train=[{name: sokoban, weight: 3}, {name: frozenlake, parser: answer}]",
-                                  "env.val=[{name: sokoban-large, n_groups: 5}, {name: frozenlake}]", "rollout.n_groups=4",
-                                  "rollout.n_val_groups=7"])
-    assert [(p.name, p.n_groups, p.parser) for p in train_plan(many)] == [("sokoban", 3, ""), ("frozenlake", 1, "answer")]
+    many = load_config(
+        overrides=[
+            "env.train=[{name: sokoban, weight: 3}, {name: frozenlake, parser: answer}]",
+            "env.val=[{name: sokoban-large, n_groups: 5}, {name: frozenlake}]",
+            "rollout.n_groups=4",
+            "rollout.n_val_groups=7",
+        ]
+    )
+    assert [(p.name, p.n_groups, p.parser) for p in train_plan(many)] == [
+        ("sokoban", 3, ""),
+        ("frozenlake", 1, "answer"),
+    ]
     assert [(p.name, p.n_groups) for p in val_plan(many)] == [("sokoban-large", 5), ("frozenlake", 7)]
     assert env_names(many) == ["sokoban", "frozenlake", "sokoban-large"]  # the tokenizer corpus covers val envs too
     counts = load_config(overrides=["env.train=[{name: sokoban, n_groups: 2}, {name: frozenlake, n_groups: 5}]"])
     assert [p.n_groups for p in train_plan(counts)] == [2, 5]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["env.train=[{name: sokoban, n_groups: 2}, {name: frozenlake}]"], "n_groups for every entry or for none"),
-    (["env.train=[{name: sokoban, weight: 9}, {name: frozenlake}]", "rollout.n_groups=2"], "env.train[1] (frozenlake)"),
-    (["env.train=[{name: sokoban}, {name: sokoban}]"], "env.train[1].name: 'sokoban' is listed twice"),
-    (["env.train=[{name: sokoban}, {name: frozenlak}]"], "env.train[1].name: unknown env 'frozenlak'; did you mean 'frozenlake'"),
-    (["env.val=[{name: sokoban, options: {max_turnz: 3}}]"], "env.val[0].options.max_turnz: unknown key"),
-    (["env.val=[{name: sokoban, parser: thinkanswer}]"], "env.val[0].parser: unknown parser"),
-    (["env.train=[{options: {}}]"], "env.train[0].name: required"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["env.train=[{name: sokoban, n_groups: 2}, {name: frozenlake}]"], "n_groups for every entry or for none"),
+        (
+            ["env.train=[{name: sokoban, weight: 9}, {name: frozenlake}]", "rollout.n_groups=2"],
+            "env.train[1] (frozenlake)",
+        ),
+        (["env.train=[{name: sokoban}, {name: sokoban}]"], "env.train[1].name: 'sokoban' is listed twice"),
+        (
+            ["env.train=[{name: sokoban}, {name: frozenlak}]"],
+            "env.train[1].name: unknown env 'frozenlak'; did you mean 'frozenlake'",
+        ),
+        (["env.val=[{name: sokoban, options: {max_turnz: 3}}]"], "env.val[0].options.max_turnz: unknown key"),
+        (["env.val=[{name: sokoban, parser: thinkanswer}]"], "env.val[0].parser: unknown parser"),
+        (["env.train=[{options: {}}]"], "env.train[0].name: required"),
+    ],
+)
 def test_bad_lists_get_one_line(overrides, message):
     with pytest.raises(ConfigError) as exc:
         check_plan(load_config(overrides=overrides))
@@ -73,7 +90,9 @@ def _toy_cfg(*overrides):
 
 def test_train_groups_never_mix_envs_and_metrics_are_per_env(tiny):
     model, tok = tiny
-    handle = Rollout(HFEngine(model, tok), tok, _toy_cfg(), ragen.make_component("parser", "think-answer"), factory=tr.factory)
+    handle = Rollout(
+        HFEngine(model, tok), tok, _toy_cfg(), ragen.make_component("parser", "think-answer"), factory=tr.factory
+    )
     try:
         res = handle.train_batch(0, seed=3)
         by_group = defaultdict(set)
@@ -133,9 +152,21 @@ def _run(tmp_path, *args):
 
 @pytest.mark.slow
 def test_generalisation_config_trains_on_sokoban_and_validates_on_four_envs(tmp_path):
-    run, rows = _run(tmp_path, "--config", str(ROOT / "configs" / "generalisation.yaml"), *TINY, "trainer.steps=2",
-                     "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "rollout.response_length=24",
-                     "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4", "trainer.threads=1")
+    run, rows = _run(
+        tmp_path,
+        "--config",
+        str(ROOT / "configs" / "generalisation.yaml"),
+        *TINY,
+        "trainer.steps=2",
+        "rollout.n_groups=2",
+        "rollout.group_size=2",
+        "rollout.n_val_groups=2",
+        "rollout.n_paired_levels=2",
+        "rollout.response_length=24",
+        "trainer.ppo_mini_batch_size=4",
+        "trainer.micro_batch_size=4",
+        "trainer.threads=1",
+    )
     vals = [r for r in rows if "val/success" in r]
     assert [r["step"] for r in vals] == [0, 2]
     for row in vals:
@@ -162,7 +193,9 @@ def test_eval_several_envs_one_table(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["envs"]) == {"sokoban", "frozenlake"} and "overall" in metrics
-    table = [line for line in proc.stdout.splitlines() if line.startswith(("env ", "sokoban ", "frozenlake ", "overall "))]
+    table = [
+        line for line in proc.stdout.splitlines() if line.startswith(("env ", "sokoban ", "frozenlake ", "overall "))
+    ]
     assert len(table) == 4
     trajs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert sorted((t["env_name"], t["seed"]) for t in trajs) == [("frozenlake", 123), ("frozenlake", 124),

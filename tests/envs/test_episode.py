@@ -174,11 +174,14 @@ def test_prompt_frame_exact():
     assert turn_text(2, "n=1", 8, 120, warning=True) == (
         "\nTurn 2:\nState:\nn=1\nNo valid action provided previously. Environment state remains the same. "
         "Please try again.\nYou have 8 actions left. Always output: <think> [Your thoughts] </think> <answer> "
-        "[your answer] </answer> with no extra text. Strictly follow this format. Max response length: 120 words (tokens).\n"
+        "[your answer] </answer> with no extra text. Strictly follow this format. "
+        "Max response length: 120 words (tokens).\n"
     )
 
 
-@pytest.mark.parametrize("r, text", [(-0.1 - 0.2, "-0.3"), (10.7, "10.7"), (0.0, "0.0"), (-0.0, "0.0"), (1 / 3, "0.3333")])
+@pytest.mark.parametrize(
+    "r, text", [(-0.1 - 0.2, "-0.3"), (10.7, "10.7"), (0.0, "0.0"), (-0.0, "0.0"), (1 / 3, "0.3333")]
+)
 def test_reward_formatting(r, text):
     assert format_reward(r) == text
     assert reward_text(r) == f"Reward:\n{text}\n"

@@ -103,9 +103,19 @@ def test_a_run_starts_and_steps_with_an_env_that_raises_for_some_seeds(fresh_plu
     from ragen.train.trainer import Trainer
 
     register_plugin(_FlakyWithConfig(), "flaky", dist="ragen-flaky")
-    cfg = load_config(overrides=["env.name=flaky-coin", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=3",
-                                 "rollout.group_size=2", "trainer.ppo_mini_batch_size=2", "logging.progress=false",
-                                 "collapse.enabled=false", f"logging.run_dir={tmp_path}"])
+    cfg = load_config(
+        overrides=[
+            "env.name=flaky-coin",
+            "model.name=tiny",
+            "rollout.engine=expert",
+            "rollout.n_groups=3",
+            "rollout.group_size=2",
+            "trainer.ppo_mini_batch_size=2",
+            "logging.progress=false",
+            "collapse.enabled=false",
+            f"logging.run_dir={tmp_path}",
+        ]
+    )
     trainer = Trainer(cfg, tmp_path / "run")
     try:
         m = trainer.step().metrics

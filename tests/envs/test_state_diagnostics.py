@@ -80,7 +80,9 @@ def test_verdicts_are_recorded_per_executed_action(tok):
     judged = sum(t.info.get(ACTIONS_JUDGED, 0) for t in turns)
     optimal = sum(t.info.get(ACTIONS_OPTIMAL, 0) for t in turns)
     assert judged > 0 and res.metrics["optimal_action_rate"] == pytest.approx(optimal / judged)
-    assert res.metrics["optimal_action_chance"] == pytest.approx(sum(t.info.get(ACTIONS_CHANCE, 0) for t in turns) / judged)
+    assert res.metrics["optimal_action_chance"] == pytest.approx(
+        sum(t.info.get(ACTIONS_CHANCE, 0) for t in turns) / judged
+    )
     assert "sokoban/actions_judged" not in res.metrics  # the raw counts are not averaged like env info
 
 
@@ -231,7 +233,9 @@ def test_eval_reports_the_same_state_metrics(tok, tmp_path, monkeypatch):
     out = CliRunner().invoke(cli, ["eval", "--env", "sokoban", "--model", "tiny", "--out", str(tmp_path / "e")])
     assert out.exit_code == 0, out.output
     rate, chance = 100 * summary["optimal_action_rate"], 100 * summary["optimal_action_chance"]
-    assert f"sokoban: state dependence: optimal moves {rate:.1f}% (chance on the same states {chance:.1f}%" in out.output
+    assert (
+        f"sokoban: state dependence: optimal moves {rate:.1f}% (chance on the same states {chance:.1f}%" in out.output
+    )
     assert f"{int(summary['distinct_first_answers'])} distinct first answers over 16 levels" in out.output
 
 

@@ -11,8 +11,17 @@ from conftest import TINY, ragen_cmd
 
 INTERRUPT = Path(__file__).parents[1] / "interrupt"  #: a sitecustomize that stops every rank at a chosen step
 
-COMMON = [*TINY, "env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=3", "rollout.group_size=2",
-          "rollout.n_val_groups=3", "trainer.micro_batch_size=2", "logging.progress=false", "logging.name=r"]
+COMMON = [
+    *TINY,
+    "env.options.response_length=16",
+    "env.options.max_turns=2",
+    "rollout.n_groups=3",
+    "rollout.group_size=2",
+    "rollout.n_val_groups=3",
+    "trainer.micro_batch_size=2",
+    "logging.progress=false",
+    "logging.name=r",
+]
 
 
 def run(tmp_path, nproc, *extra):
@@ -39,7 +48,11 @@ def test_user_deepspeed_json_is_merged_without_the_trainers_keys(tmp_path):
     from ragen.models.distributed import _merge, user_deepspeed_config
 
     path = tmp_path / "ds.json"
-    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 64, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}}))
+    path.write_text(
+        json.dumps(
+            {"train_micro_batch_size_per_gpu": 64, "zero_optimization": {"offload_optimizer": {"device": "cpu"}}}
+        )
+    )
     extra = user_deepspeed_config(str(path))
     assert "train_micro_batch_size_per_gpu" not in extra
     merged = _merge({"zero_optimization": {"stage": 2}}, extra)
@@ -72,14 +85,39 @@ def test_global_batch_statistics_equal_a_one_process_run(tmp_path):
     """Same seeds, deterministic per-episode rollouts (the scripted expert engine with per-episode noise): the 2-rank
     step sees the same global batch, filter decision, advantages and loss as the 1-process step, and makes the same
     update (one mini-batch: DeepSpeed's gradient averaging is compensated, normalisers are global)."""
-    extra = ["--env", "frozenlake-slippery", "--algo", "grpo", "--filter", "top-p", "rollout.engine=expert",
-             "warmstart.noise=0.5", "env.options.response_length=96", "env.options.max_turns=4", "rollout.group_size=4", "trainer.steps=1", "trainer.ppo_mini_batch_size=12", "trainer.micro_batch_size=1",
-             "trainer.actor_lr=1e-3", "collapse.enabled=false"]
+    extra = [
+        "--env",
+        "frozenlake-slippery",
+        "--algo",
+        "grpo",
+        "--filter",
+        "top-p",
+        "rollout.engine=expert",
+        "warmstart.noise=0.5",
+        "env.options.response_length=96",
+        "env.options.max_turns=4",
+        "rollout.group_size=4",
+        "trainer.steps=1",
+        "trainer.ppo_mini_batch_size=12",
+        "trainer.micro_batch_size=1",
+        "trainer.actor_lr=1e-3",
+        "collapse.enabled=false",
+    ]
     one = run(tmp_path / "one", 1, *extra)[1]
     two = run(tmp_path / "two", 2, *extra)[1]
-    keys = ["reward/mean", "reward/group_std", "rollout/success", "rollout/num_trajectories", "rollout/filter_kept_count",
-            "rollout/in_group_reward_std", "actor/advantage_mean", "actor/pg_loss", "actor/entropy", "actor/entropy_loss",
-            "actor/grad_norm"]
+    keys = [
+        "reward/mean",
+        "reward/group_std",
+        "rollout/success",
+        "rollout/num_trajectories",
+        "rollout/filter_kept_count",
+        "rollout/in_group_reward_std",
+        "actor/advantage_mean",
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/entropy_loss",
+        "actor/grad_norm",
+    ]
     assert one["reward/group_std"] > 0 and one["rollout/filter_kept_count"] >= 1  # a non-trivial batch
     for k in keys:
         assert two[k] == pytest.approx(one[k], rel=1e-5, abs=1e-6), k
@@ -117,7 +155,10 @@ def test_two_rank_run_resumes_where_it_was_interrupted(tmp_path):
     assert a == b
     from safetensors.torch import load_file
 
-    w1, w2 = load_file(tmp_path / "full" / "r" / "final" / "model.safetensors"), load_file(run_dir / "final" / "model.safetensors")
+    w1, w2 = (
+        load_file(tmp_path / "full" / "r" / "final" / "model.safetensors"),
+        load_file(run_dir / "final" / "model.safetensors"),
+    )
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
 
 

@@ -1,4 +1,5 @@
-"""Model presets: the tiny model builds offline and deterministically, loads and generates; unavailable models fail clearly."""
+"""Model presets: the tiny model builds offline and deterministically, loads and generates; unavailable models fail
+clearly."""
 
 import hashlib
 import importlib.metadata
@@ -47,7 +48,13 @@ class StepEnv(ragen.Env):
     def _step(self, action):
         self.pos += 1 if self.canonical_action(action) == "Right" else 0
         done = self.pos >= self.config.goal
-        return "P__G"[self.pos :], float(done), done, False, {"success": done, "action_is_valid": True, "action_is_effective": True}
+        return (
+            "P__G"[self.pos :],
+            float(done),
+            done,
+            False,
+            {"success": done, "action_is_valid": True, "action_is_effective": True},
+        )
 
 
 def _digest(path):
@@ -71,7 +78,11 @@ def test_tiny_model_is_a_normal_hf_folder_and_deterministic(tiny, tmp_path):
     from pathlib import Path
 
     path = Path(tiny)
-    assert (path / "config.json").is_file() and (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    assert (
+        (path / "config.json").is_file()
+        and (path / "model.safetensors").is_file()
+        and (path / "tokenizer.json").is_file()
+    )
     again = build_tiny_model(tmp_path / "again", [StepEnv()], corpus_seeds=10)
     assert _digest(path) == _digest(Path(again))
 
@@ -83,7 +94,9 @@ def test_tiny_model_loads_renders_chatml_and_generates(tiny):
     assert model.config.model_type == "qwen2" and model.config.head_dim == 64 and model.config.tie_word_embeddings
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
     text = tok.apply_chat_template(
-        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], tokenize=False, add_generation_prompt=True
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+        tokenize=False,
+        add_generation_prompt=True,
     )
     assert text == "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
     ids = tok(text, add_special_tokens=False)["input_ids"]

@@ -10,9 +10,21 @@ from ragen.train.trainer import Trainer
 
 peft = pytest.importorskip("peft", reason="LoRA needs peft (pip install 'ragen[lora]')")
 
-SMALL = [*TINY, "env.name=frozenlake", "env.options.response_length=16", "env.options.max_turns=2", "rollout.n_groups=2",
-         "rollout.group_size=2", "rollout.n_val_groups=1", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
-         "trainer.actor_lr=1e-2", "model.lora_rank=8", "model.lora_alpha=16", "logging.progress=false"]
+SMALL = [
+    *TINY,
+    "env.name=frozenlake",
+    "env.options.response_length=16",
+    "env.options.max_turns=2",
+    "rollout.n_groups=2",
+    "rollout.group_size=2",
+    "rollout.n_val_groups=1",
+    "trainer.ppo_mini_batch_size=4",
+    "trainer.micro_batch_size=4",
+    "trainer.actor_lr=1e-2",
+    "model.lora_rank=8",
+    "model.lora_alpha=16",
+    "logging.progress=false",
+]
 
 
 @pytest.mark.slow

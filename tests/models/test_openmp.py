@@ -8,8 +8,11 @@ import pytest
 
 from ragen.models import openmp
 
-CHILD = ("import os, sys, ragen\nfrom ragen.models.openmp import choice\n"
-         "print(choice['policy'], os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)")
+CHILD = (
+    "import os, sys, ragen\nfrom ragen.models.openmp import choice\n"
+    "print(choice['policy'], os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), "
+    "'torch' in sys.modules)"
+)
 
 
 def _child(env: dict) -> list[str]:
@@ -38,7 +41,9 @@ def test_busy_machine_gets_passive_and_idle_gets_a_short_spin(monkeypatch):
     monkeypatch.setattr(openmp.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(openmp, "others_running", lambda: 2)  # two busy loops on 2 cores
     env: dict = {}
-    assert openmp.choose_wait_policy(env)["policy"] == "OMP_WAIT_POLICY=passive" and env == {"OMP_WAIT_POLICY": "passive"}
+    assert openmp.choose_wait_policy(env)["policy"] == "OMP_WAIT_POLICY=passive" and env == {
+        "OMP_WAIT_POLICY": "passive"
+    }
     monkeypatch.setattr(openmp, "others_running", lambda: 0)
     env = {}
     assert openmp.choose_wait_policy(env)["reason"] == "idle at start"

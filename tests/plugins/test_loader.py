@@ -20,7 +20,10 @@ from ragen.plugins.registry import Registry
 
 
 def test_import_loads_no_plugin():
-    code = "import ragen, ragen.plugins.loader as p, sys; print(p._state.entry_points_loaded, 'ragen_algos' in sys.modules)"
+    code = (
+        "import ragen, ragen.plugins.loader as p, sys; "
+        "print(p._state.entry_points_loaded, 'ragen_algos' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
@@ -98,7 +101,9 @@ def test_duplicate_refuses_only_the_clashing_component(fresh_plugins):
     assert envs.get("shared-lake").dist == "ragen-other"  # the first registration keeps the name
     assert envs.get("later-lake").dist == "ragen-later"  # the rest of the plugin loads
     assert not any(b.dist in ("ragen-other", "ragen-later") for b in broken_plugins())
-    assert {(c.kind, c.name, c.kept, c.refused) for c in clashes()} == {("env", "shared-lake", "ragen-other", "ragen-later")}
+    assert {(c.kind, c.name, c.kept, c.refused) for c in clashes()} == {
+        ("env", "shared-lake", "ragen-other", "ragen-later")
+    }
 
 
 class _Intruder:
@@ -153,7 +158,9 @@ def test_a_slow_plugin_import_is_named(monkeypatch, capsys):
     slow = types.ModuleType("ragen_slowimport")
     monkeypatch.setitem(sys.modules, "ragen_slowimport", slow)
     ep = importlib.metadata.EntryPoint("slowimport", "ragen_slowimport", "ragen")
-    monkeypatch.setenv("RAGEN_SLOW_IMPORT_S", "0.2")  # the suite raises it (tests/conftest.py); the user's default is 5 s
+    monkeypatch.setenv(
+        "RAGEN_SLOW_IMPORT_S", "0.2"
+    )  # the suite raises it (tests/conftest.py); the user's default is 5 s
     import time
 
     real_load = importlib.metadata.EntryPoint.load

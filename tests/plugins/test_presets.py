@@ -39,10 +39,12 @@ def test_preset_two_steps_on_sokoban(tmp_path, algo):
     # from the scripted expert with noise (off-policy, but the filter, advantages and update run for real)
     extra = ["rollout.engine=expert", "warmstart.noise=0.5", "env.options.response_length=256",
              "algo.options.filter_options.outcome=reward"] if algo == "dapo" else []
-    # the success gate would drop an untrained model's all-fail sokoban groups before any update (tests/train/test_gate.py
-    # tests it); here every preset's update must run
+    # the success gate would drop an untrained model's all-fail sokoban groups before any update
+    # (tests/train/test_gate.py tests it); here every preset's update must run
     gate = ["algo.options.success_gate=never"]
-    cfg = load_config(overrides=[*SMALL, f"algo.name={algo}", f"logging.run_dir={tmp_path}", "logging.name=r", *gate, *extra])
+    cfg = load_config(
+        overrides=[*SMALL, f"algo.name={algo}", f"logging.run_dir={tmp_path}", "logging.name=r", *gate, *extra]
+    )
     trainer = Trainer(cfg, tmp_path / "r")
     try:
         assert (trainer.critic is not None) == trainer.preset.use_critic
@@ -66,7 +68,7 @@ def test_preset_two_steps_on_sokoban(tmp_path, algo):
         trainer.close()
 
 
-# ---- issue 26: per-key overrides of a preset's nested options merge; options for an unused shaper fail ----------------
+# ---- issue 26: per-key overrides of a preset's nested options merge; options for an unused shaper fail ---------------
 
 
 def test_one_nested_option_keeps_the_presets_others():

@@ -72,7 +72,8 @@ class CountEnv(ragen.Env):
         done = self.n >= self.config.target
         info = {"success": done, "action_is_valid": name is not None, "action_is_effective": name == "Inc", "n": self.n}
         reward = (1.0 if done else -0.1) if name == "Inc" else 0.0
-        return f"n={self.n} target={self.config.target}", reward, done, self.steps >= self.config.max_steps and not done, info
+        truncated = self.steps >= self.config.max_steps and not done
+        return f"n={self.n} target={self.config.target}", reward, done, truncated, info
 
 
 @attrs.frozen(kw_only=True)
@@ -144,13 +145,23 @@ class Recording:
     def eos_token_ids(self):
         return self.engine.eos_token_ids
 
+    @property
+    def logprobs_exact(self):
+        return self.engine.logprobs_exact
+
     def sync_weights(self, model):
-        self.engine.sync_weights(model)
+        return self.engine.sync_weights(model)
+
+    def close(self):
+        self.engine.close()
 
     def generate(self, prompts, params):
         gens = self.engine.generate(prompts, params)
         self.calls.extend((list(p), g, params) for p, g in zip(prompts, gens))
         return gens
+
+    def generate_for_envs(self, envs, prompts, params):
+        return self.generate(prompts, params)  # recorded
 
 
 class FixedEngine:
@@ -161,11 +172,16 @@ class FixedEngine:
         self.responses = responses
         self.i = 0
 
+    logprobs_exact = False
+
     @property
     def eos_token_ids(self):
         return [self.eos]
 
     def sync_weights(self, model):
+        return {}
+
+    def close(self):
         pass
 
     def generate(self, prompts, params):
@@ -175,6 +191,9 @@ class FixedEngine:
             self.i += 1
             out.append(Generation(ids, [-1.0] * len(ids), "stop" if ids and ids[-1] == self.eos else "length"))
         return out
+
+    def generate_for_envs(self, envs, prompts, params):
+        return self.generate(prompts, params)
 
 
 def eos_biased(model, eos_id, bias=3.5):
@@ -248,9 +267,11 @@ def test_strict_comparator_two_envs_several_turns(tiny, fmt):
     model, tok = tiny
     biased = eos_biased(model, fmt.eos_id)
     engine = Recording(HFEngine(biased, tok, max_batch=4))
-    specs = [GroupSpec("count", 2, {**SMALL, "target": 9, "max_turns": 3}), GroupSpec("guess", 1, {"response_length": 12, "max_tokens": 12})]
+    specs = [GroupSpec("count", 2, {**SMALL, "target": 9, "max_turns": 3}),
+             GroupSpec("guess", 1, {"response_length": 12, "max_tokens": 12})]
     with EnvGroups(specs, group_size=3, factory=factory) as groups:
-        res = run_rollout(engine, groups, SamplingParams(seed=7), RolloutSettings(max_model_len=4096, chat_format=fmt), policy_version=3)
+        res = run_rollout(engine, groups, SamplingParams(seed=7), RolloutSettings(max_model_len=4096, chat_format=fmt),
+                          policy_version=3)
     assert res.failed_envs == 0 and len(res.trajectories) == 9
     assert {t.env_name for t in res.trajectories} == {"count", "guess"}
     assert all(t.num_turns >= 2 for t in res.trajectories) and all(t.policy_version == 3 for t in res.trajectories)
@@ -270,7 +291,8 @@ def test_rollout_logprobs_match_teacher_forcing(tiny, fmt):
     model, tok = tiny
     engine = HFEngine(model, tok)
     with EnvGroups("count", group_size=2, n_groups=1, options={**SMALL, "max_turns": 2}, factory=factory) as groups:
-        res = run_rollout(engine, groups, SamplingParams(temperature=0.8, top_p=0.9, seed=1), RolloutSettings(chat_format=fmt))
+        res = run_rollout(engine, groups, SamplingParams(temperature=0.8, top_p=0.9, seed=1),
+                          RolloutSettings(chat_format=fmt))
     for tr in res.trajectories:
         ref = teacher_forced_logprobs(model, tr.input_ids, temperature=0.8)
         diffs = [abs(a - b) for a, b, m in zip(ref, tr.rollout_logprobs, tr.loss_mask) if m]
@@ -281,7 +303,8 @@ def test_masks_prompt_frame_and_delta(tiny, fmt):
     model, tok = tiny
     engine = HFEngine(model, tok)  # unbiased tiny model: 16 random tokens, no EOS -> eos_fill
     env = CountEnv(CountConfig(**SMALL, max_turns=2))
-    res = run_rollout(engine, [EnvSlot(env, "count", 10001, 0, 0, "train")], SamplingParams(seed=0), RolloutSettings(chat_format=fmt))
+    res = run_rollout(engine, [EnvSlot(env, "count", 10001, 0, 0, "train")], SamplingParams(seed=0),
+                      RolloutSettings(chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.num_turns == 2
     kinds = [k for k, _, _ in tr.segments]
@@ -305,7 +328,8 @@ def test_masks_prompt_frame_and_delta(tiny, fmt):
     first = tr.turns[0]
     (d_kind, ds, de) = next(seg for seg in tr.segments if seg[0] == "delta")
     delta = tok.decode(tr.input_ids[ds:de])
-    user2 = reward_text(first.reward) + turn_text(2, f"n={2 + first.executed.count('Inc')} target=4", 10 - len(first.executed), 16, warning=not first.executed)
+    user2 = reward_text(first.reward) + turn_text(2, f"n={2 + first.executed.count('Inc')} target=4",
+                                                  10 - len(first.executed), 16, warning=not first.executed)
     assert delta == "\n<|im_start|>user\n" + user2 + "<|im_end|>\n<|im_start|>assistant\n<think>"
     assert "Reward:\n" in delta and "\nTurn 2:\nState:\n" in delta and all(m == 0 for m in tr.loss_mask[ds:de])
     if not first.executed:
@@ -336,8 +360,8 @@ def test_chat_format_facts_and_prefix_check(tiny, fmt):
     strip = copy.deepcopy(tok)
     strip.chat_template = (
         "{% for m in messages %}{% set c = m['content'] %}"
-        "{% if m['role'] == 'assistant' and not loop.last and '</think>' in c %}{% set c = c.split('</think>')[-1] %}{% endif %}"
-        "<|im_start|>{{ m['role'] }}\n{{ c }}<|im_end|>\n{% endfor %}"
+        "{% if m['role'] == 'assistant' and not loop.last and '</think>' in c %}{% set c = c.split('</think>')[-1] "
+        "%}{% endif %}<|im_start|>{{ m['role'] }}\n{{ c }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
     with pytest.raises(ragen.ConfigError, match="not prefix-preserving"):
@@ -372,7 +396,8 @@ def test_group_seeding_and_pool(tiny, fmt):
     assert all(e.closed for e in envs)
     groups.close()  # idempotent
     val = EnvGroups.validation("count", n_val_groups=3, options=SMALL, factory=factory)
-    assert [(s.seed, s.split, s.rollout_index) for s in val.slots(0)] == [(123, "val", 0), (124, "val", 0), (125, "val", 0)]
+    assert [(s.seed, s.split, s.rollout_index) for s in val.slots(0)] == \
+        [(123, "val", 0), (124, "val", 0), (125, "val", 0)]
     assert [s.seed for s in val.slots(7)] == [val_seed(g) for g in range(3)]
     val.close()
 
@@ -383,7 +408,8 @@ def test_sampling_is_reproducible_per_seed(tiny, fmt):
 
     def run(seed):
         with EnvGroups("count", group_size=2, n_groups=2, options={**SMALL, "max_turns": 2}, factory=factory) as g:
-            return [t.input_ids for t in run_rollout(engine, g, SamplingParams(seed=seed), RolloutSettings(chat_format=fmt)).trajectories]
+            res = run_rollout(engine, g, SamplingParams(seed=seed), RolloutSettings(chat_format=fmt))
+            return [t.input_ids for t in res.trajectories]
 
     a, b, c = run(5), run(5), run(6)
     assert a == b and a != c
@@ -416,7 +442,8 @@ def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
     ]
     engine = FixedEngine(eos, responses)
     env = CountEnv(CountConfig(**WIDE, max_turns=len(responses), target=50))
-    res = run_rollout(engine, [EnvSlot(env, "count", 1, 0, 0, "train")], SamplingParams(), RolloutSettings(chat_format=fmt))
+    res = run_rollout(engine, [EnvSlot(env, "count", 1, 0, 0, "train")], SamplingParams(),
+                      RolloutSettings(chat_format=fmt))
     (tr,) = res.trajectories
     assert res.failed_envs == 0 and tr.num_turns == len(responses)
     assert all(t.penalty == FORMAT_PENALTY and not t.format_ok and not t.executed for t in tr.turns)
@@ -428,7 +455,8 @@ def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
     good = FixedEngine(eos, [enc(" go</think><answer>Inc || Inc</answer>") + [eos]])
     env = CountEnv(CountConfig(**WIDE, target=4))
     parser = ragen.make_component("parser", "think-answer")
-    (tr,) = run_rollout(good, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(parser=parser, chat_format=fmt)).trajectories
+    (tr,) = run_rollout(good, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(),
+                        RolloutSettings(parser=parser, chat_format=fmt)).trajectories
     assert tr.success and not tr.truncated and tr.truncation_reason is None and tr.num_turns == 2
     assert [t.executed for t in tr.turns] == [["Inc", "Inc"], ["Inc", "Inc"]] and tr.penalty == 0.0
     assert tr.reward == pytest.approx(-0.1 * 3 + 1.0) and all(t.format_ok for t in tr.turns)
@@ -471,7 +499,8 @@ def test_a_turn_that_opens_a_new_message_stops_there_and_is_malformed(tiny, fmt)
     assert HFEngine(model, tok).eos_token_ids == [fmt.eos_id, start] == stop_ids(tok, model)
     engine = Recording(HFEngine(eos_biased(model, start, bias=8.0), tok))
     env = CountEnv(CountConfig(**SMALL, max_turns=2))
-    res = run_rollout(engine, [EnvSlot(env, "count", 10001, 0, 0, "train")], SamplingParams(seed=0), RolloutSettings(chat_format=fmt))
+    res = run_rollout(engine, [EnvSlot(env, "count", 10001, 0, 0, "train")], SamplingParams(seed=0),
+                      RolloutSettings(chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.num_turns == 2 and [t.finish_reason for t in tr.turns] == ["new_message", "new_message"]
     assert all(tr.input_ids[t.span[1] - 1] == start and not t.format_ok and not t.truncated_response for t in tr.turns)
@@ -485,7 +514,8 @@ def test_a_turn_that_opens_a_new_message_stops_there_and_is_malformed(tiny, fmt)
     fixed = TwoEosEngine([fmt.eos_id, start], [enc(" go</think><answer>Inc || Inc</") + [start],
                                                enc(" go</think><answer>Inc</answer>") + [start]])
     env = CountEnv(CountConfig(**WIDE, max_turns=2, target=50))
-    (tr,) = run_rollout(fixed, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(chat_format=fmt)).trajectories
+    (tr,) = run_rollout(fixed, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(),
+                        RolloutSettings(chat_format=fmt)).trajectories
     assert [t.format_ok for t in tr.turns] == [False, True] and tr.turns[0].penalty == FORMAT_PENALTY
     assert [t.finish_reason for t in tr.turns] == ["new_message"] * 2 and tr.turns[1].executed == ["Inc"]
     assert [k for k, _, _ in tr.segments] == ["prompt", "response", "eos_fill", "delta", "response"]
@@ -498,7 +528,8 @@ def test_truncation_reasons(tiny, fmt):
 
     def one(**cfg):
         env = CountEnv(CountConfig(**WIDE, **cfg))
-        res = run_rollout(FixedEngine(eos, [nop]), [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(chat_format=fmt))
+        res = run_rollout(FixedEngine(eos, [nop]), [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(),
+                          RolloutSettings(chat_format=fmt))
         return res.trajectories[0]
 
     assert one(max_actions_per_episode=3, max_turns=5, allow_unreachable=True).truncation_reason == "budget"
@@ -514,14 +545,16 @@ def test_context_cap_ends_the_episode_visibly(tiny, fmt):
     p1 = len(fmt.prompt_ids(system_prompt(env), turn_text(1, "n=0 target=4", 10, 16)))
     engine = FixedEngine(eos, [[7] * 16])
     # turn 1 fits, turn 2 would not: the episode ends after A_1 (the delta is not appended)
-    res = run_rollout(engine, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(max_model_len=p1 + 16 + 20, chat_format=fmt))
+    res = run_rollout(engine, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(),
+                      RolloutSettings(max_model_len=p1 + 16 + 20, chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.truncated and tr.truncation_reason == "context_overflow" and tr.num_turns == 1
     assert tr.segments[-1][0] == "response" and len(tr.input_ids) == p1 + 16
     assert res.metrics["truncated/context_overflow"] == 1.0
     # not even turn 1 fits: kept, flagged, nothing sampled
     env2 = CountEnv(CountConfig(**SMALL))
-    res = run_rollout(engine, [EnvSlot(env2, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(max_model_len=p1 + 15, chat_format=fmt))
+    res = run_rollout(engine, [EnvSlot(env2, "count", 0, 0, 0, "train")], SamplingParams(),
+                      RolloutSettings(max_model_len=p1 + 15, chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.truncation_reason == "context_overflow" and tr.num_turns == 0 and tr.response_length == 0
 
@@ -544,7 +577,8 @@ def test_failing_step_drops_the_trajectory(tiny, fmt):
     _, tok = tiny
     eos = fmt.eos_id
     inc = tok(" x</think><answer>Inc</answer>", add_special_tokens=False)["input_ids"] + [eos]
-    slots = [EnvSlot(CountEnv(CountConfig(**SMALL, fail_on_seed=s)), "count", 5, 0, i, "train") for i, s in enumerate((5, 6))]
+    slots = [EnvSlot(CountEnv(CountConfig(**SMALL, fail_on_seed=s)), "count", 5, 0, i, "train")
+             for i, s in enumerate((5, 6))]
     res = run_rollout(FixedEngine(eos, [inc]), slots, SamplingParams(), RolloutSettings(chat_format=fmt))
     assert res.failed_envs == 1 and [t.rollout_index for t in res.trajectories] == [1]
     assert "turn 1 raised RuntimeError: step exploded" in res.errors[0]
@@ -552,7 +586,8 @@ def test_failing_step_drops_the_trajectory(tiny, fmt):
 
 def test_trajectory_json_and_metrics(tiny, fmt):
     model, tok = tiny
-    with EnvGroups("guess", group_size=2, n_groups=1, options={"response_length": 8, "max_tokens": 8}, factory=factory) as g:
+    options = {"response_length": 8, "max_tokens": 8}
+    with EnvGroups("guess", group_size=2, n_groups=1, options=options, factory=factory) as g:
         res = run_rollout(HFEngine(model, tok), g, SamplingParams(seed=3), RolloutSettings(chat_format=fmt))
     tr = res.trajectories[0]
     data = json.loads(tr.to_json())
@@ -595,11 +630,13 @@ def test_answer_only_mode_prefills_answer(tiny):
     engine = FixedEngine(eos, [tok("Inc || Inc</answer>", add_special_tokens=False)["input_ids"] + [eos]])
     env = CountEnv(CountConfig(**SMALL, target=3))
     parser = ragen.make_component("parser", "answer")
-    res = run_rollout(engine, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(), RolloutSettings(parser=parser, chat_format=fmt))
+    res = run_rollout(engine, [EnvSlot(env, "count", 0, 0, 0, "train")], SamplingParams(),
+                      RolloutSettings(parser=parser, chat_format=fmt))
     (tr,) = res.trajectories
     assert tr.success and tr.turns[0].executed == ["Inc", "Inc"] and tr.penalty == 0.0
     prompt = tok.decode(tr.input_ids[: tr.segments[0][2]])
-    assert prompt.endswith("<|im_start|>assistant\n<answer>") and "Always output: <answer> [your answer] </answer> with" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n<answer>")
+    assert "Always output: <answer> [your answer] </answer> with" in prompt
 
 
 def test_engine_restores_the_training_mode(tiny):
@@ -639,7 +676,8 @@ def test_rollout_handle_from_a_run_config(tiny):
 def test_response_length_override_caps_every_turn(tiny, fmt):
     model, tok = tiny
     with EnvGroups("count", group_size=2, n_groups=1, options={**SMALL, "max_turns": 2}, factory=factory) as g:
-        res = run_rollout(HFEngine(model, tok), g, SamplingParams(seed=2), RolloutSettings(chat_format=fmt, response_length=5))
+        res = run_rollout(HFEngine(model, tok), g, SamplingParams(seed=2),
+                          RolloutSettings(chat_format=fmt, response_length=5))
     assert all(t.span[1] - t.span[0] <= 5 for tr in res.trajectories for t in tr.turns)
 
 
@@ -651,7 +689,8 @@ def test_kv_reuse_across_turns_changes_nothing_but_the_work(tiny, fmt, temperatu
     for reuse in (False, True):
         engine = Recording(HFEngine(model, tok, kv_reuse=reuse, max_batch=3))  # 2 chunks: entries from both are kept
         with EnvGroups("frozenlake", group_size=2, n_groups=2, options={"response_length": 12, "max_turns": 4}) as g:
-            res = run_rollout(engine, g, SamplingParams(temperature=temperature, seed=5), RolloutSettings(chat_format=fmt))
+            res = run_rollout(engine, g, SamplingParams(temperature=temperature, seed=5),
+                              RolloutSettings(chat_format=fmt))
         assert_token_exact(res.trajectories, engine.calls)
         runs[reuse] = (res.trajectories, engine.engine.kv_stats)
     (plain, plain_stats), (reused, stats) = runs[False], runs[True]
@@ -667,6 +706,7 @@ def test_kv_reuse_is_dropped_when_weights_change(tiny):
     engine = HFEngine(model, tok)
     prompt = tok("hello there", add_special_tokens=False)["input_ids"]
     (gen,) = engine.generate([prompt], SamplingParams(max_new_tokens=4, seed=0))
-    assert len(engine._kv) == 1 and engine._cached_prefix(prompt + gen.token_ids + [5])[0] == len(prompt) + len(gen.token_ids) - 1
+    assert len(engine._kv) == 1
+    assert engine._cached_prefix(prompt + gen.token_ids + [5])[0] == len(prompt) + len(gen.token_ids) - 1
     engine.sync_weights(model)
     assert engine._kv == {} and engine._cached_prefix(prompt + gen.token_ids + [5]) == (0, None)

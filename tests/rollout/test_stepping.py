@@ -1,4 +1,4 @@
-"""Concurrent env stepping (issue 14): same trajectories with env_workers=1 and 8; process envs; chunked overlap."""
+"""Concurrent env stepping: same trajectories with env_workers=1 and 8; process envs; chunked overlap."""
 
 import os
 import random
@@ -43,14 +43,16 @@ def _play(tok, groups, workers, chunks=1):
     fmt = ChatFormat(tok)
     engine = MixedEngine(tok, fmt.eos_id, seed=3)
     t0 = time.perf_counter()
-    res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt, max_model_len=100_000, env_workers=workers, overlap_chunks=chunks))
+    settings = RolloutSettings(chat_format=fmt, max_model_len=100_000, env_workers=workers, overlap_chunks=chunks)
+    res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0), settings)
     return res, time.perf_counter() - t0
 
 
 def _view(res):
     """Everything a trajectory carries that training or metrics read."""
     return [(t.env_name, t.seed, t.group_id, t.rollout_index, list(t.input_ids), list(t.loss_mask), t.reward,
-             t.success, t.truncation_reason, [(x.answer, x.executed, x.reward, sorted(x.info.items())) for x in t.turns])
+             t.success, t.truncation_reason,
+             [(x.answer, x.executed, x.reward, sorted(x.info.items())) for x in t.turns])
             for t in res.trajectories], res.failed_envs
 
 
@@ -163,7 +165,7 @@ def test_process_envs_run_in_worker_processes_with_the_same_trajectories(tok, mo
     try:
         envs = remote.envs()
         assert {type(e).__name__ for e in envs} == {"RemoteEnv"}
-        workers = {e.transport.worker for e in envs}
+        workers = {w for e in envs for w in e.transport.table.host.workers}
         pids = {w.proc.pid for w in workers}
         assert len(pids) == 2 and os.getpid() not in pids
         a, _ = _play(tok, local, 1)

@@ -26,7 +26,11 @@ def test_paired_statistic_on_a_hand_made_case():
                 {("sokoban", 123 + i): bool(v) for i, v in enumerate(after)})
     assert (p.levels, p.worse, p.better) == (10, 1, 4)
     assert (p.success_before, p.success_after) == (0.3, 0.6)
-    assert p.change == pytest.approx(0.3) and p.se == pytest.approx(0.2236, abs=1e-4) and p.z == pytest.approx(1.342, abs=1e-3)
+    assert (
+        p.change == pytest.approx(0.3)
+        and p.se == pytest.approx(0.2236, abs=1e-4)
+        and p.z == pytest.approx(1.342, abs=1e-3)
+    )
     assert p.change == pytest.approx(p.success_after - p.success_before)
     assert verdict(p.z) == "no change distinguishable from noise"
     m = metrics(p)
@@ -68,12 +72,25 @@ def test_validation_seeds_are_disjoint_from_training_and_warm_start_seeds():
 
 
 def test_summary_prints_the_paired_numbers_of_metrics_jsonl(tmp_path):
-    rows = [{"step": 0, "val/success": 0.25, "val/num_trajectories": 64.0, "paired/success_before": 0.3,
-             "paired/optimal_action_rate_before": 0.33, "paired/optimal_action_chance_before": 0.36},
-            {"step": 2, "val/success": 0.5, "val/num_trajectories": 64.0},
-            {"step": 2, **metrics(compare({i: i in (0, 6, 1) for i in range(10)}, {i: i in (0, 6, 2, 3, 4, 9) for i in range(10)})),
-             "paired/optimal_action_rate_after": 0.5, "paired/optimal_action_chance_after": 0.31,
-             "paired/optimal_action_rate_before": 0.33, "paired/optimal_action_chance_before": 0.36}]
+    rows = [
+        {
+            "step": 0,
+            "val/success": 0.25,
+            "val/num_trajectories": 64.0,
+            "paired/success_before": 0.3,
+            "paired/optimal_action_rate_before": 0.33,
+            "paired/optimal_action_chance_before": 0.36,
+        },
+        {"step": 2, "val/success": 0.5, "val/num_trajectories": 64.0},
+        {
+            "step": 2,
+            **metrics(compare({i: i in (0, 6, 1) for i in range(10)}, {i: i in (0, 6, 2, 3, 4, 9) for i in range(10)})),
+            "paired/optimal_action_rate_after": 0.5,
+            "paired/optimal_action_chance_after": 0.31,
+            "paired/optimal_action_rate_before": 0.33,
+            "paired/optimal_action_chance_before": 0.36,
+        },
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = format_summary(run_summary(tmp_path))
     assert ("greedy success on 10 held-out levels: 30.0% -> 60.0% (paired change +30.0 points, SE 22.4, z 1.3: "
@@ -100,7 +117,10 @@ def test_run_prints_the_paired_comparison_that_metrics_jsonl_holds(tmp_path):
     p = final[0]
     assert p["paired/change"] == pytest.approx(p["paired/success_after"] - p["paired/success_before"])
     assert p["paired/se"] == pytest.approx(math.sqrt(p["paired/discordant_better"] + p["paired/discordant_worse"]) / 4)
-    assert next(r for r in rows if r["step"] == 0 and "val/success" in r)["paired/success_before"] == p["paired/success_before"]
+    assert (
+        next(r for r in rows if r["step"] == 0 and "val/success" in r)["paired/success_before"]
+        == p["paired/success_before"]
+    )
     line = (f"greedy success on 4 held-out levels: {100 * p['paired/success_before']:.1f}% -> "
             f"{100 * p['paired/success_after']:.1f}% (paired change {100 * p['paired/change']:+.1f} points, "
             f"SE {100 * p['paired/se']:.1f}, z {p['paired/z']:.1f}: {verdict(p['paired/z'])}")

@@ -28,8 +28,13 @@ def test_a_log_line_never_lands_inside_a_progress_bar(capsys):
 
 @pytest.mark.slow
 def test_eval_shows_a_bar_with_rate_and_eta(tmp_path):
-    res = subprocess.run(ragen_cmd("eval", "--env", "frozenlake", "--model", "tiny", "--seeds", "1", "--out", str(tmp_path / "e")),
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    res = subprocess.run(
+        ragen_cmd("eval", "--env", "frozenlake", "--model", "tiny", "--seeds", "1", "--out", str(tmp_path / "e")),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     frames = res.stderr.replace("\r", "\n")
     # tqdm: "eval: 100%|...| 5/5 [01:27<00:00, 17.50s/turn]" (elapsed<ETA, rate): 1 episode x frozenlake's 5 turns

@@ -32,7 +32,10 @@ def decode(ids: list[int]) -> str:
 
 def make_trajectory(step: int, group: int, member: int, success: bool, split: str = "train") -> dict:
     """A two-turn trajectory row as the trainer writes it (``Trajectory.to_dict`` plus the step)."""
-    prompt = f"<|im_start|>system\nSolve it.<|im_end|>\n<|im_start|>user\nTurn 1:\nmap g{group} P_G<|im_end|>\n<|im_start|>assistant\n<think>"
+    prompt = (
+        f"<|im_start|>system\nSolve it.<|im_end|>\n<|im_start|>user\nTurn 1:\nmap g{group} P_G<|im_end|>\n"
+        "<|im_start|>assistant\n<think>"
+    )
     r1 = f"I see the goal to the right of g{group}.</think><answer>Right</answer><|im_end|>"
     delta = f"\n<|im_start|>user\nReward:\n0.0\nTurn 2:\nmap g{group} _P G<|im_end|>\n<|im_start|>assistant\n<think>"
     r2 = (f"member {member} moves on.</think><answer>Right</answer><|im_end|>" if success
@@ -53,15 +56,19 @@ def make_trajectory(step: int, group: int, member: int, success: bool, split: st
 
 
 def metric_rows(offset: float, steps: int = 6) -> list[dict]:
-    """metrics.jsonl rows: warm start and validation at step 0, collapse metrics at 1 and 5, an early stop at the end."""
+    """metrics.jsonl rows: warm start and validation at step 0, collapse metrics at 1 and 5, an early stop at the
+    end."""
     rows = [{"step": 0, "sft/loss_last": 0.5, "val/success": 0.1 + offset}]
     for s in range(1, steps + 1):
         row = {"step": s, "rollout/success": 0.1 * s + offset, "reward/mean": 0.2 * s - offset, "reward/group_std": 0.3,
                "actor/entropy": 2.0 - 0.1 * s, "actor/grad_norm": 1.0 + s, "rollout/filter_kept_ratio": 0.5,
                "actor/pg_loss": -0.01 * s, "timing/step_s": 3.25}
         if s in (1, 5):
-            row |= {"collapse_first_turn_sample/mi_estimate": 1.0 / s + offset,
-                    "collapse_first_turn_sample/conditional_entropy_est": 3.0, "collapse/regime": 0.0 if s == 1 else 2.0}
+            row |= {
+                "collapse_first_turn_sample/mi_estimate": 1.0 / s + offset,
+                "collapse_first_turn_sample/conditional_entropy_est": 3.0,
+                "collapse/regime": 0.0 if s == 1 else 2.0,
+            }
         if s == steps:
             row |= {"val/success": 0.4 + offset, "early_stopped/reward_variance_collapse": 1.0}
         rows.append(row)
@@ -242,7 +249,9 @@ def test_real_run_report(real_run):
     page = (run / "report.html").read_text()
     [data] = page_data(page)
     val = [t for t in data["trajectories"] if t["split"] == "val"]
-    assert {t["step"] for t in val} == {0, 2} and {t["step"] for t in data["trajectories"] if t["split"] == "train"} == {1, 2}
+    assert {t["step"] for t in val} == {0, 2} and {
+        t["step"] for t in data["trajectories"] if t["split"] == "train"
+    } == {1, 2}
     first = data["strings"][val[0]["turns"][0]["obs"]]
     assert first.startswith("Turn 1:\nState:") and "Grid Map" in first  # decoded with the run's own tokenizer
     last = rows[-1]
@@ -255,21 +264,54 @@ def test_real_run_logs_val_generations_table_to_wandb(real_run):
     tables = sorted(run.glob("wandb/offline-run-*/files/media/table/val/generations_*.table.json"))
     assert len(tables) == 2  # validation before training and after the last step
     table = json.loads(tables[-1].read_text())
-    assert table["columns"] == ["step", "env", "seed", "member", "success", "score", "reward", "num_turns", "end", "turns"]
+    assert table["columns"] == [
+        "step",
+        "env",
+        "seed",
+        "member",
+        "success",
+        "score",
+        "reward",
+        "num_turns",
+        "end",
+        "turns",
+    ]
     val = [json.loads(line) for line in (run / "val_trajectories.jsonl").read_text().splitlines()]
     last = [t for t in val if t["step"] == 2]
     assert [r[2] for r in table["data"]] == [t["seed"] for t in last]
     assert [r[5] for r in table["data"]] == [t["score"] for t in last]
-    assert table["data"][0][9].startswith("[turn 1] reward") and last[0]["turns"][0]["response_text"] in table["data"][0][9]
+    assert (
+        table["data"][0][9].startswith("[turn 1] reward")
+        and last[0]["turns"][0]["response_text"] in table["data"][0][9]
+    )
 
 
 @pytest.mark.slow
 def test_eval_writes_the_trajectory_viewer(real_run, tmp_path):
     run, _, _ = real_run
     out = tmp_path / "eval"
-    proc = subprocess.run(ragen_cmd("eval", "--env", "frozenlake", "--model", str(run / "final"), "--seeds", "2", "-k", "2",
-                                    "-o", "response_length=32", "--out", str(out)),
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        ragen_cmd(
+            "eval",
+            "--env",
+            "frozenlake",
+            "--model",
+            str(run / "final"),
+            "--seeds",
+            "2",
+            "-k",
+            "2",
+            "-o",
+            "response_length=32",
+            "--out",
+            str(out),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"viewer: {out / 'report.html'}" in proc.stdout
     [data] = page_data((out / "report.html").read_text())

@@ -40,7 +40,9 @@ BROKEN = {
         "raises": lambda text: _parse_ok(text) if text.strip() else [][0],  # IndexError on an empty response
         "tuple": lambda text: (True, "", text),
         "int-matched": lambda text: Parsed(int(_parse_ok(text).matched), "", _parse_ok(text).answer),
-        "random": lambda text: Parsed(_parse_ok(text).matched, str(__import__("random").random()), _parse_ok(text).answer),
+        "random": lambda text: Parsed(
+            _parse_ok(text).matched, str(__import__("random").random()), _parse_ok(text).answer
+        ),
         "shout": lambda text: Parsed(True, "", text.upper()),  # reads no format: the prompted answer is lost
         "slow": lambda text: (time.sleep(0.6 * (len(text) > 10_000)), _parse_ok(text))[1],
     },
@@ -173,7 +175,9 @@ def test_the_kind_helpers_and_options():
         check_component("env", "sokoban")
 
 
-test_parser_contract_from_the_helper = component_contract_tests("parser", ["answer", ("think-answer", {"enable_think": False})])
+test_parser_contract_from_the_helper = component_contract_tests(
+    "parser", ["answer", ("think-answer", {"enable_think": False})]
+)
 
 
 def test_component_contract_tests_builds_a_parametrised_test():
@@ -219,7 +223,9 @@ def test_advantage_input_places_rewards_like_the_trainer():
 
 # ---- packaging: a pytest plugin that imports nothing heavy ---------------------------------------------------------
 def test_importing_ragen_testing_loads_neither_pytest_nor_torch():
-    code = "import sys, ragen.testing; print(json.dumps([m for m in ('pytest', 'torch', '_pytest') if m in sys.modules]))"
+    code = (
+        "import sys, ragen.testing; print(json.dumps([m for m in ('pytest', 'torch', '_pytest') if m in sys.modules]))"
+    )
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True,
                          cwd=ROOT.parent)
     assert json.loads(out.stdout) == []

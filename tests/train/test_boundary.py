@@ -75,10 +75,28 @@ def test_each_breach_names_the_component_and_its_distribution(broken):
 def test_a_run_with_a_broken_estimator_ends_in_one_line(broken, tmp_path):
     from ragen.cli import cli
 
-    res = CliRunner().invoke(cli, ["run", "--env", "bandit", "--algo", "bad-grpo", "--model", "tiny", "--no-warmstart",
-                                   "trainer.steps=1", "rollout.n_groups=2", "rollout.group_size=2",
-                                   "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.test_freq=0", "logging.progress=false",
-                                   "collapse.enabled=false", f"logging.run_dir={tmp_path}"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "--env",
+            "bandit",
+            "--algo",
+            "bad-grpo",
+            "--model",
+            "tiny",
+            "--no-warmstart",
+            "trainer.steps=1",
+            "rollout.n_groups=2",
+            "rollout.group_size=2",
+            "rollout.n_val_groups=2",
+            "rollout.n_paired_levels=2",
+            "trainer.test_freq=0",
+            "logging.progress=false",
+            "collapse.enabled=false",
+            f"logging.run_dir={tmp_path}",
+        ],
+    )
     assert res.exit_code == 1, res.output
     last = res.output.strip().splitlines()[-1]
     assert last.startswith("Error: estimator 'bad-shape' of ragen-brokencomponents broke its contract: advantages has "

@@ -50,7 +50,8 @@ def enc(tok, text):
 
 
 def make_traj(pieces, group_id, rollout_index=0):
-    """A Trajectory from alternating ('prompt'|'delta', ids) and ('response', ids) pieces, laid out as the rollout does."""
+    """A Trajectory from alternating ('prompt'|'delta', ids) and ('response', ids) pieces, laid out as the rollout
+    does."""
     ids, mask, segments, turns = [], [], [], []
     for kind, part in pieces:
         start = len(ids)
@@ -64,8 +65,9 @@ def make_traj(pieces, group_id, rollout_index=0):
 
 
 class KeyDecoder(torch.nn.Module):
-    """Hidden state = one-hot of the token the policy will emit (scaled by the identity LM head): in 'copy' mode the most
-    recent key token seen so far (causal), in 'ignore' mode every key at once (uniform over keys, whatever the prompt)."""
+    """Hidden state = one-hot of the token the policy will emit (scaled by the identity LM head): in 'copy' mode the
+    most recent key token seen so far (causal), in 'ignore' mode every key at once (uniform over keys, whatever the
+    prompt)."""
 
     def __init__(self, vocab, keys, mode):
         super().__init__()
@@ -420,7 +422,9 @@ def test_tiny_model_on_a_rollout_gives_finite_metrics(tiny, fmt):
     model, tok = tiny
     engine = ExpertEngine(tok, fmt.eos_id, noise=0.5, seed=0)  # expert reasoning: "The player is at ... </think>"
     with EnvGroups("frozenlake", group_size=2, n_groups=4, options={"max_turns": 2}) as groups:
-        trajs = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt)).trajectories
+        trajs = run_rollout(
+            engine, groups, SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt)
+        ).trajectories
     assert len(trajs) == 8
     diag = CollapseDiagnostics(CollapseSection(num_samples=8, micro_batch_size=16), tok, seed=0)
     model.train()  # the trainer's actor may be in train mode: scored in eval mode, mode restored
@@ -432,10 +436,27 @@ def test_tiny_model_on_a_rollout_gives_finite_metrics(tiny, fmt):
     assert m["collapse/valid_thinking_rate"] == 1.0 and m["collapse/prompt_mismatch"] == 0.0
     for scheme in ("first_turn", "trajectory"):
         p = f"collapse_{scheme}_sample/"
-        for key in ("mi_estimate", "mi_upper_bound", "conditional_entropy_est", "reasoning_entropy_est", "retrieval_acc",
-                    "retrieval_chance", "retrieval_above_chance", "marginal_std", "mi_zscore", "mi_zscore_ema",
-                    "matched_log_prob_mean", "marginal_log_prob_mean", "num_samples", "num_prompts", "mi_estimate_seq",
-                    "conditional_entropy_est_seq", "reasoning_entropy_est_seq", "mi_zscore_seq", "mi_zscore_ema_seq"):
+        for key in (
+            "mi_estimate",
+            "mi_upper_bound",
+            "conditional_entropy_est",
+            "reasoning_entropy_est",
+            "retrieval_acc",
+            "retrieval_chance",
+            "retrieval_above_chance",
+            "marginal_std",
+            "mi_zscore",
+            "mi_zscore_ema",
+            "matched_log_prob_mean",
+            "marginal_log_prob_mean",
+            "num_samples",
+            "num_prompts",
+            "mi_estimate_seq",
+            "conditional_entropy_est_seq",
+            "reasoning_entropy_est_seq",
+            "mi_zscore_seq",
+            "mi_zscore_ema_seq",
+        ):
             assert math.isfinite(m[p + key]), p + key
         assert m[p + "mi_estimate"] <= m[p + "mi_upper_bound"] + 1e-9
     assert m["collapse_first_turn_sample/num_prompts"] == 4 and "collapse/regime" not in m  # no thresholds set
@@ -447,7 +468,9 @@ def test_cross_score_matches_full_teacher_forcing(tiny, fmt):
     model, tok = tiny
     xs = [fmt.prompt_ids("S", "a short prompt"), fmt.prompt_ids("S", "a much longer prompt " * 6)]
     zs = [enc(tok, " Up twice."), enc(tok, " The player is at (1, 2) and moves left.")]
-    l_mean, l_sum = cross_score(model, xs, zs, temperature=0.7, micro_batch_size=3, pad_id=tok.pad_token_id, pad_rows_to=2)
+    l_mean, l_sum = cross_score(
+        model, xs, zs, temperature=0.7, micro_batch_size=3, pad_id=tok.pad_token_id, pad_rows_to=2
+    )
     for i, z in enumerate(zs):
         for j, x in enumerate(xs):
             with torch.no_grad():

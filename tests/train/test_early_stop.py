@@ -36,7 +36,9 @@ def test_reward_spread_collapse_after_the_baseline():
 def test_low_validation_success_uses_the_worst_variant():
     es = EarlyStopper(EarlyStopSection(val_patience=2, val_min_success=0.01))
     assert es.after_validation({"val/success": 0.5, "val/a/success": 0.9, "val/b/success": 0.0}) is None
-    assert "low_validation_success" in es.after_validation({"val/success": 0.5, "val/a/success": 0.9, "val/b/success": 0.0})
+    assert "low_validation_success" in es.after_validation(
+        {"val/success": 0.5, "val/a/success": 0.9, "val/b/success": 0.0}
+    )
 
 
 def test_rules_switch_off_and_state_round_trips():
@@ -56,10 +58,23 @@ def test_a_run_with_an_always_empty_filter_stops_logs_why_and_checkpoints(tmp_pa
     v2-recommended (include_zero False) keeps nothing; the update is skipped, counted, and the run stops after 2."""
     from ragen.runs.loop import train
 
-    cfg = load_config(overrides=[*TINY, "env.name=frozenlake", "env.options.response_length=8", "env.options.max_turns=1",
-                                 "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=1",
-                                 "algo.options.filter=v2-recommended", "early_stop.empty_stop_steps=2",
-                                 "trainer.steps=6", "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"])
+    cfg = load_config(
+        overrides=[
+            *TINY,
+            "env.name=frozenlake",
+            "env.options.response_length=8",
+            "env.options.max_turns=1",
+            "rollout.n_groups=2",
+            "rollout.group_size=2",
+            "rollout.n_val_groups=1",
+            "algo.options.filter=v2-recommended",
+            "early_stop.empty_stop_steps=2",
+            "trainer.steps=6",
+            "logging.progress=false",
+            f"logging.run_dir={tmp_path}",
+            "logging.name=r",
+        ]
+    )
     run = train(cfg)
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [m for m in lines if m["step"] > 0]

@@ -57,7 +57,9 @@ def test_reused_old_logprobs_equal_the_recomputed_ones(trainer, rollout):
         recomputed, _ = trainer.policy.logprobs(rollout, with_entropy=False)
     mask = rollout.loss_mask.bool()
     assert mask.sum() > 20
-    assert torch.allclose(reused[mask], recomputed[mask], atol=1e-5, rtol=0), float((reused - recomputed)[mask].abs().max())
+    assert torch.allclose(reused[mask], recomputed[mask], atol=1e-5, rtol=0), float(
+        (reused - recomputed)[mask].abs().max()
+    )
     assert torch.count_nonzero(reused[~mask]) == 0
 
 
@@ -85,7 +87,9 @@ def test_recomputation_where_the_rule_forbids_reuse(trainer, rollout):
         calls.append(1)
         return real(*args, **kwargs)
 
-    trainer.policy.cfg = load_config(overrides=[*SMALL, f"logging.run_dir={trainer.run_dir.parent}", "trainer.ppo_epochs=2"])
+    trainer.policy.cfg = load_config(
+        overrides=[*SMALL, f"logging.run_dir={trainer.run_dir.parent}", "trainer.ppo_epochs=2"]
+    )
     trainer.policy.logprobs = spy
     try:
         metrics: dict = {}
@@ -225,10 +229,13 @@ def test_local_processes_share_the_cores(monkeypatch):
 def test_cpu_init_compiles_no_deepspeed_op(tmp_path):
     """A fresh torch extensions folder stays empty through init_distributed and engine creation (the shm comm op
     used to be JIT-compiled here: about 83 CPU-seconds before the first step)."""
-    code = ("import torch\nfrom ragen.models.distributed import init_distributed, make_engine\n"
-            "init_distributed(torch.device('cpu'))\n"
-            "make_engine(torch.nn.Linear(4, 4), lr=1e-3, weight_decay=0.0, grad_clip=1.0, zero_stage=0, dtype=torch.float32)\n"
-            "import deepspeed.comm.comm as c\nassert c.cdb.shm_comm_op is None\nprint('ok')\n")
+    code = (
+        "import torch\nfrom ragen.models.distributed import init_distributed, make_engine\n"
+        "init_distributed(torch.device('cpu'))\n"
+        "make_engine(torch.nn.Linear(4, 4), lr=1e-3, weight_decay=0.0, grad_clip=1.0, zero_stage=0, "
+        "dtype=torch.float32)\n"
+        "import deepspeed.comm.comm as c\nassert c.cdb.shm_comm_op is None\nprint('ok')\n"
+    )
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
@@ -254,7 +261,12 @@ def _rollout_with(model, tok, **engine_kwargs):
 
     engine = HFEngine(model, tok, **engine_kwargs)
     with EnvGroups("frozenlake-slippery", group_size=3, n_groups=2) as groups:
-        res = run_rollout(engine, groups, SamplingParams(temperature=1.0, seed=123, max_new_tokens=24), RolloutSettings(chat_format=ChatFormat(tok)))
+        res = run_rollout(
+            engine,
+            groups,
+            SamplingParams(temperature=1.0, seed=123, max_new_tokens=24),
+            RolloutSettings(chat_format=ChatFormat(tok)),
+        )
     return res.trajectories, engine.kv_stats
 
 
@@ -313,7 +325,9 @@ def test_shared_prompt_pass_gives_the_plain_passes_log_probs_and_gradients(train
     for share in (False, True):
         trainer.policy.share_prefix = share
         try:
-            results.append(_loss_and_grads(trainer, rollout, lambda module, batch: trainer.policy.logprobs(batch, True)))
+            results.append(
+                _loss_and_grads(trainer, rollout, lambda module, batch: trainer.policy.logprobs(batch, True))
+            )
         finally:
             del trainer.policy.share_prefix  # back to the class default
     (loss_a, grads_a, lp_a, ent_a), (loss_b, grads_b, lp_b, ent_b) = results

@@ -141,7 +141,10 @@ def test_starpo_s_does_not_select_all_fail_step_cost_groups(episodes):
     kept = lambda *o: {trajs[i].group_id for i in _rows("starpo-s", trajs, *o)}  # noqa: E731
     plain = "algo.options.filter_options.min_groups=0"  # RAGEN's plain 25%, without the preset's floor of 4 groups
     assert kept(plain) == {0, 1}
-    assert kept(plain, "algo.options.success_gate=never") == {0, 2}  # RAGEN's: an all-fail group beats the all-success one
+    assert kept(plain, "algo.options.success_gate=never") == {
+        0,
+        2,
+    }  # RAGEN's: an all-fail group beats the all-success one
     assert kept() == {0, 1}  # the floor of 4 cannot bring gated groups back: only 2 remain
     assert len(kept("algo.options.success_gate=never")) == 4
 

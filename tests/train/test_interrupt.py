@@ -14,8 +14,17 @@ from conftest import TINY, ragen_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # minutes each on a loaded 2-core machine
 
-SMALL_RUN = [*TINY, "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.response_length=24",
-             "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4", "trainer.save_freq=100", "logging.progress=false"]
+SMALL_RUN = [
+    *TINY,
+    "rollout.n_groups=2",
+    "rollout.group_size=2",
+    "rollout.n_val_groups=2",
+    "rollout.response_length=24",
+    "trainer.ppo_mini_batch_size=4",
+    "trainer.micro_batch_size=4",
+    "trainer.save_freq=100",
+    "logging.progress=false",
+]
 
 
 def start(args: list[str], cwd: Path, stderr_file: Path, extra_env: dict | None = None) -> subprocess.Popen:
@@ -48,12 +57,18 @@ def test_ctrl_c_during_step_2_checkpoints_its_step_and_the_run_resumes(tmp_path)
     assert proc.wait(timeout=300) == 130, err.read_text()[-3000:]
     stderr = err.read_text()
     assert "interrupt: finishing the current training step" in stderr
-    done = int(re.search(r"interrupted after step (\d+); checkpoint saved, continue with `ragen run --resume (\S+)`", stderr)[1])
+    done = int(
+        re.search(r"interrupted after step (\d+); checkpoint saved, continue with `ragen run --resume (\S+)`", stderr)[
+            1
+        ]
+    )
     assert done >= 1 and (run / "checkpoints" / "actor" / f"step{done}").is_dir()
     assert metric_steps(run)[-1] == done  # nothing after the step it stopped at
     assert not (run / "final").exists()  # unfinished: not exported
     assert "Traceback" not in stderr
-    res = subprocess.run(ragen_cmd("run", "--resume", str(run)), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        ragen_cmd("run", "--resume", str(run)), cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "run_resumed" in res.stderr and f"step={done}" in res.stderr
     assert (run / "final" / "config.json").is_file() and metric_steps(run)[-1] == 4
@@ -96,7 +111,9 @@ def test_a_ctrl_c_after_the_stop_has_saved_ends_cleanly(tmp_path):
     assert proc.wait(timeout=120) == 130, err.read_text()[-3000:]
     stderr = err.read_text()
     assert "interrupt: already stopping; the work is saved" in stderr and "Traceback" not in stderr
-    assert re.search(r"interrupted after step 2; checkpoint saved, continue with `ragen run --resume .*r`$", stderr.rstrip())
+    assert re.search(
+        r"interrupted after step 2; checkpoint saved, continue with `ragen run --resume .*r`$", stderr.rstrip()
+    )
     assert (tmp_path / "r" / "checkpoints" / "actor" / "step2").is_dir()
 
 

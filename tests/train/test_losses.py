@@ -11,8 +11,17 @@ from ragen.train.losses import AggNorm, aggregate, policy_loss, token_logprobs, 
 def pg(ratio, adv, mode="token-mean"):
     logp = torch.tensor([[math.log(ratio)]])
     mask = torch.ones(1, 1)
-    loss, _ = policy_loss(logp, torch.zeros(1, 1), torch.tensor([[adv]]), mask, clip_low=0.2, clip_high=0.28, clip_c=3.0,
-                          agg_mode=mode, norm=AggNorm.of([mask]))
+    loss, _ = policy_loss(
+        logp,
+        torch.zeros(1, 1),
+        torch.tensor([[adv]]),
+        mask,
+        clip_low=0.2,
+        clip_high=0.28,
+        clip_c=3.0,
+        agg_mode=mode,
+        norm=AggNorm.of([mask]),
+    )
     return loss.item()
 
 

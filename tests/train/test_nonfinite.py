@@ -48,11 +48,28 @@ def nan_coin(fresh_plugins):
 
 
 def cfg(tmp_path, *extra):
-    return load_config(overrides=[
-        "env.name=nan-coin", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=2", "rollout.group_size=2",
-        "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.steps=3", "trainer.ppo_mini_batch_size=4", "trainer.micro_batch_size=4",
-        "trainer.test_freq=0", "trainer.save_freq=0", "early_stop.enabled=false", "collapse.enabled=false",
-        "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=run", *extra])
+    return load_config(
+        overrides=[
+            "env.name=nan-coin",
+            "model.name=tiny",
+            "rollout.engine=expert",
+            "rollout.n_groups=2",
+            "rollout.group_size=2",
+            "rollout.n_val_groups=2",
+            "rollout.n_paired_levels=2",
+            "trainer.steps=3",
+            "trainer.ppo_mini_batch_size=4",
+            "trainer.micro_batch_size=4",
+            "trainer.test_freq=0",
+            "trainer.save_freq=0",
+            "early_stop.enabled=false",
+            "collapse.enabled=false",
+            "logging.progress=false",
+            f"logging.run_dir={tmp_path}",
+            "logging.name=run",
+            *extra,
+        ]
+    )
 
 
 def rows(run_dir):
@@ -111,7 +128,9 @@ def test_a_nan_loss_skips_that_update_and_the_run_goes_on(nan_coin, tmp_path, mo
         before = {k: v.detach().clone() for k, v in trainer.actor.module.named_parameters()}
         first = trainer.step().metrics
         assert first["actor/skipped_updates"] == 1.0 and "actor/grad_norm" not in first
-        assert all(torch.equal(v, before[k]) for k, v in trainer.actor.module.named_parameters()), "a skipped update moved weights"
+        assert all(torch.equal(v, before[k]) for k, v in trainer.actor.module.named_parameters()), (
+            "a skipped update moved weights"
+        )
         second = trainer.step().metrics
         assert second["actor/skipped_updates"] == 0.0 and math.isfinite(second["actor/grad_norm"])
         assert any(not torch.equal(v, before[k]) for k, v in trainer.actor.module.named_parameters())
@@ -137,7 +156,9 @@ def test_k_skipped_updates_in_a_row_stop_with_checkpoint_export_and_one_line(nan
     with pytest.raises(RagenError) as exc:
         train(cfg(tmp_path, "trainer.steps=10", "trainer.max_skipped_updates=2"), warmstart=False)
     msg = str(exc.value)
-    assert "\n" not in msg and msg.startswith("step 2: 2 consecutive updates skipped") and "max_skipped_updates=2" in msg
+    assert (
+        "\n" not in msg and msg.startswith("step 2: 2 consecutive updates skipped") and "max_skipped_updates=2" in msg
+    )
     run = tmp_path / "run"
     assert (run / "final" / "config.json").is_file()
     assert (run / "checkpoints" / "actor" / "step2").is_dir()

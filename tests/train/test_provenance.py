@@ -37,7 +37,9 @@ def test_misspelt_filter_option_is_one_line_naming_it():
 def test_component_options_checked_before_anything_loads():
     from ragen.cli.train import run_config
 
-    with pytest.raises(ConfigError, match=r"^rollout\.parser_options\.enable_thnk: unknown key; did you mean 'enable_think'"):
+    with pytest.raises(
+        ConfigError, match=r"^rollout\.parser_options\.enable_thnk: unknown key; did you mean 'enable_think'"
+    ):
         run_config(None, ["rollout.parser_options.enable_thnk=false"])
     with pytest.raises(ConfigError, match=r"^algo\.options\.estimator_options\.gama: unknown key"):
         run_config(None, ["algo.options.estimator_options.gama=1"])

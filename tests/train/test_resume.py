@@ -36,11 +36,25 @@ def test_a_resumed_run_after_a_kill_has_each_step_once(tmp_path):
     step 4 with steps 1..4 each once in trajectories.jsonl and metrics.jsonl."""
     from ragen.runs.loop import train
 
-    over = ["env.name=frozenlake", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=2",
-            "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "trainer.ppo_mini_batch_size=4",
-            "trainer.micro_batch_size=4", "trainer.test_freq=0", "trainer.save_freq=0", "early_stop.enabled=false",
-            "collapse.enabled=false", "logging.progress=false", "logging.save_trajectories=2",
-            f"logging.run_dir={tmp_path}", "logging.name=run"]
+    over = [
+        "env.name=frozenlake",
+        "model.name=tiny",
+        "rollout.engine=expert",
+        "rollout.n_groups=2",
+        "rollout.group_size=2",
+        "rollout.n_val_groups=2",
+        "rollout.n_paired_levels=2",
+        "trainer.ppo_mini_batch_size=4",
+        "trainer.micro_batch_size=4",
+        "trainer.test_freq=0",
+        "trainer.save_freq=0",
+        "early_stop.enabled=false",
+        "collapse.enabled=false",
+        "logging.progress=false",
+        "logging.save_trajectories=2",
+        f"logging.run_dir={tmp_path}",
+        "logging.name=run",
+    ]
     run = train(load_config(overrides=[*over, "trainer.steps=2"]), warmstart=False)
     # what a kill -9 during step 3 leaves: its trajectories written, its metrics line half written
     with open(run / "trajectories.jsonl", "a") as f:
@@ -69,9 +83,19 @@ def test_no_deepspeed_op_is_compiled_at_run_time(tmp_path, monkeypatch):
 
     monkeypatch.setattr(OpBuilder, "jit_load", refuse)
     monkeypatch.setattr(cpp_extension, "load", refuse)
-    cfg = load_config(overrides=["env.name=frozenlake", "model.name=tiny", "rollout.engine=expert", "rollout.n_groups=1",
-                                 "rollout.group_size=2", "trainer.ppo_mini_batch_size=2", "logging.progress=false",
-                                 "collapse.enabled=false", f"logging.run_dir={tmp_path}"])
+    cfg = load_config(
+        overrides=[
+            "env.name=frozenlake",
+            "model.name=tiny",
+            "rollout.engine=expert",
+            "rollout.n_groups=1",
+            "rollout.group_size=2",
+            "trainer.ppo_mini_batch_size=2",
+            "logging.progress=false",
+            "collapse.enabled=false",
+            f"logging.run_dir={tmp_path}",
+        ]
+    )
     trainer = Trainer(cfg, tmp_path / "run")
     try:
         assert trainer.step().metrics["actor/skipped_updates"] == 0.0

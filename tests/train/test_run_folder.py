@@ -69,7 +69,9 @@ def test_a_resumed_config_sends_no_placeholder_as_a_secret():
     from ragen.runs.loop import unredact
 
     saved = {"env": {"options": {"token": REDACTED, "url": "http://x"}, "train": [{"options": {"token": REDACTED}}]}}
-    assert unredact(saved) == {"env": {"options": {"token": "", "url": "http://x"}, "train": [{"options": {"token": ""}}]}}
+    assert unredact(saved) == {
+        "env": {"options": {"token": "", "url": "http://x"}, "train": [{"options": {"token": ""}}]}
+    }
 
 
 def test_an_unwritable_run_dir_is_one_line_before_anything_is_built(tmp_path):

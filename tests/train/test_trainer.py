@@ -37,8 +37,12 @@ def test_two_steps_change_weights_and_losses_are_finite(tmp_path, algo):
         before = {k: v.detach().clone() for k, v in trainer.actor.module.named_parameters()}
         for _ in range(2):
             m = trainer.step().metrics
-            assert all(torch.isfinite(torch.tensor(float(m[k]))) for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"))
-            assert m["rollout/num_trajectories"] == 4 and m.get("rollout/logprob_abs_diff_max", 0.0) < 1e-3  # absent when reused
+            assert all(
+                torch.isfinite(torch.tensor(float(m[k]))) for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm")
+            )
+            assert (
+                m["rollout/num_trajectories"] == 4 and m.get("rollout/logprob_abs_diff_max", 0.0) < 1e-3
+            )  # absent when reused
             if algo == "ppo":
                 assert torch.isfinite(torch.tensor(m["critic/vf_loss"]))
         changed = [k for k, v in trainer.actor.module.named_parameters() if not torch.equal(v, before[k])]
@@ -116,7 +120,9 @@ def test_resume_after_interruption_matches_uninterrupted(tmp_path, monkeypatch):
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
     assert a == b
     final_a = torch.load(next((full / "checkpoints" / "actor" / "step4").glob("*model_states.pt")), weights_only=False)
-    final_b = torch.load(next((resumed / "checkpoints" / "actor" / "step4").glob("*model_states.pt")), weights_only=False)
+    final_b = torch.load(
+        next((resumed / "checkpoints" / "actor" / "step4").glob("*model_states.pt")), weights_only=False
+    )
     for k, v in final_a["module"].items():
         assert torch.equal(v, final_b["module"][k]), k
 
@@ -127,12 +133,33 @@ def test_run_folder_contents(tmp_path):
     assert (run / "final" / "tokenizer.json").is_file()
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["step"] == 0 and "val/success" in rows[0]
-    for key in ("rollout/success", "reward/mean", "reward/group_std", "actor/pg_loss", "actor/entropy", "actor/grad_norm",
-                "perf/tokens_per_s", "timing/step_s", "perf/cpu_step_s", "perf/cpu_update_s", "perf/rss_mb",
-                "perf/peak_rss_mb"):
+    for key in (
+        "rollout/success",
+        "reward/mean",
+        "reward/group_std",
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/grad_norm",
+        "perf/tokens_per_s",
+        "timing/step_s",
+        "perf/cpu_step_s",
+        "perf/cpu_update_s",
+        "perf/rss_mb",
+        "perf/peak_rss_mb",
+    ):
         assert key in rows[1], key
     traj = json.loads((run / "trajectories.jsonl").read_text().splitlines()[0])
-    for key in ("env_name", "seed", "group_id", "turns", "input_ids", "loss_mask", "policy_version", "success", "truncated"):
+    for key in (
+        "env_name",
+        "seed",
+        "group_id",
+        "turns",
+        "input_ids",
+        "loss_mask",
+        "policy_version",
+        "success",
+        "truncated",
+    ):
         assert key in traj
     assert list((run / "checkpoints" / "actor").glob("step1"))
 

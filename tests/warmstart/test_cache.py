@@ -40,23 +40,35 @@ KEY_CHANGES = [
 def test_a_full_frame_warm_start_keeps_its_key_from_before_prompt_styles():
     """Entries cached before rollout.prompt existed were trained on the full frame: their key has no prompt input."""
     assert "prompt" not in warmstart.key_inputs(load_config(overrides=["env.name=frozenlake", *FAST]))
-    compact = load_config(overrides=["env.name=frozenlake", *FAST, "rollout.prompt=compact"])
-    assert warmstart.key_inputs(compact)["prompt"] == "compact"
+    assert (
+        warmstart.key_inputs(load_config(overrides=["env.name=frozenlake", *FAST, "rollout.prompt=compact"]))["prompt"]
+        == "compact"
+    )
 
 
 @pytest.mark.parametrize("change", KEY_CHANGES)
 def test_cache_key_changes_with_each_input(change):
     base = load_config(overrides=["env.name=frozenlake", *FAST])
-    changed = load_config(overrides=["env.name=frozenlake", *FAST, change])
-    assert warmstart.cache_key(changed) != warmstart.cache_key(base)
+    assert warmstart.cache_key(load_config(overrides=["env.name=frozenlake", *FAST, change])) != warmstart.cache_key(
+        base
+    )
 
 
 def test_cache_key_ignores_what_the_warm_start_does_not_use():
     base = load_config(overrides=["env.name=frozenlake", *FAST])
-    for same in ("algo.name=ppo", "trainer.seed=3", "trainer.actor_lr=0.1", "rollout.n_groups=2",
-                 "warmstart.cache=false", "warmstart.mode=always", "trainer.steps=3", "trainer.format_penalty=-0.5"):
-        same_cfg = load_config(overrides=["env.name=frozenlake", *FAST, same])
-        assert warmstart.cache_key(same_cfg) == warmstart.cache_key(base)
+    for same in (
+        "algo.name=ppo",
+        "trainer.seed=3",
+        "trainer.actor_lr=0.1",
+        "rollout.n_groups=2",
+        "warmstart.cache=false",
+        "warmstart.mode=always",
+        "trainer.steps=3",
+        "trainer.format_penalty=-0.5",
+    ):
+        assert warmstart.cache_key(load_config(overrides=["env.name=frozenlake", *FAST, same])) == warmstart.cache_key(
+            base
+        )
 
 
 def test_cache_key_changes_with_the_env_plugins_version(monkeypatch):
@@ -94,12 +106,29 @@ def test_cache_is_reused_only_for_the_same_env_and_model(tmp_path, monkeypatch):
 
 def _run(tmp_path, name, *extra, cache):
     proc = subprocess.run(
-        ragen_cmd("run", "--env", "frozenlake", "--algo", "grpo", "trainer.steps=1", "rollout.n_groups=2",
-                  "rollout.group_size=2", "rollout.n_val_groups=4", "rollout.n_paired_levels=4",
-                  "trainer.ppo_mini_batch_size=4", "collapse.enabled=false", f"logging.run_dir={tmp_path}",
-                  f"logging.name={name}", *FAST, *extra),
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "RAGEN_CACHE_DIR": str(cache)}, capture_output=True, text=True,
-        timeout=900)
+        ragen_cmd(
+            "run",
+            "--env",
+            "frozenlake",
+            "--algo",
+            "grpo",
+            "trainer.steps=1",
+            "rollout.n_groups=2",
+            "rollout.group_size=2",
+            "rollout.n_val_groups=4",
+            "rollout.n_paired_levels=4",
+            "trainer.ppo_mini_batch_size=4",
+            "collapse.enabled=false",
+            f"logging.run_dir={tmp_path}",
+            f"logging.name={name}",
+            *FAST,
+            *extra,
+        ),
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "RAGEN_CACHE_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
     return proc, rows

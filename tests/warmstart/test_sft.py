@@ -15,7 +15,18 @@ def ragen(*args, cwd):
 
 
 def evaluate(model, tmp_path, name):
-    ragen("eval", "--env", "frozenlake", "--model", str(model), "--seeds", "32", "--out", str(tmp_path / name), cwd=tmp_path)
+    ragen(
+        "eval",
+        "--env",
+        "frozenlake",
+        "--model",
+        str(model),
+        "--seeds",
+        "32",
+        "--out",
+        str(tmp_path / name),
+        cwd=tmp_path,
+    )
     return json.loads((tmp_path / name / "metrics.json").read_text())
 
 
@@ -28,8 +39,11 @@ def test_sft_then_eval_beats_the_untrained_model(tmp_path):
     sft_metrics = json.loads(stdout[stdout.index("{\n") : stdout.rindex("}") + 1])  # after the log lines
     assert sft_metrics["sft/demos"] == 192 and sft_metrics["sft/demo_success"] == 1.0
     # the folder records its parser, so `ragen eval --parser auto` (the default) reads it the way it was trained
-    assert json.loads((out / "final" / "ragen-parser.json").read_text()) == {"parser": "think-answer", "parser_options": {},
-                                                                              "prompt": "full"}
+    assert json.loads((out / "final" / "ragen-parser.json").read_text()) == {
+        "parser": "think-answer",
+        "parser_options": {},
+        "prompt": "full",
+    }
 
     before = evaluate(out / "model-source" / "tiny-model", tmp_path, "before")
     after = evaluate(out / "final", tmp_path, "after")

@@ -14,9 +14,9 @@ def register_advantage_estimators(register):
     register("rloo", est.make_rloo, config=est.NoOptions)
     register("reinforce++", est.make_reinforce_pp, config=est.ReinforceConfig)
     register("reinforce++-baseline", est.make_reinforce_pp_baseline, config=est.NoOptions)
-    register("gae", est.make_gae, config=est.GAEConfig)
-    register("turn-gae", est.make_turn_gae, config=est.GAEConfig)
-    register("bi-level-gae", est.make_bi_level_gae, config=est.BiLevelGAEConfig)
+    register("gae", est.make_gae, config=est.GAEConfig, needs_critic=True)
+    register("turn-gae", est.make_turn_gae, config=est.GAEConfig, needs_critic=True)
+    register("bi-level-gae", est.make_bi_level_gae, config=est.BiLevelGAEConfig, needs_critic=True)
 
 
 @hookimpl

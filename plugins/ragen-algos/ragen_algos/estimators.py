@@ -14,19 +14,19 @@ from ragen_algos.lazy import torch  # imported at the first estimate: listing th
 
 
 # ---- shared pieces -------------------------------------------------------------------------------------------------
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, *,
+                  batch: AdvantageInput | None = None) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) over mask-1 entries, var unbiased; mask-0 entries become 0 (mean not restored).
 
-    Under data parallelism the statistics are those of the global batch (two all-reduces: sum and count, then the
-    squared deviations), so every rank whitens exactly like a one-process run over all rows."""
-    from ragen.models.distributed import all_reduce_sum, world_size
-
+    Under data parallelism (``batch.world_size > 1``) the statistics are those of the global batch (two sums over
+    the processes, ``batch.all_reduce_sum``: sum and count, then the squared deviations), so every rank whitens
+    exactly like a one-process run over all rows."""
     m = mask.bool()
     vals = x[m]
-    if world_size() > 1:
-        total, n = all_reduce_sum([float(vals.double().sum()), float(vals.numel())])
+    if batch is not None and batch.world_size > 1:
+        total, n = batch.all_reduce_sum([float(vals.double().sum()), float(vals.numel())])
         mean = total / max(n, 1.0)
-        (sq,) = all_reduce_sum([float(((vals.double() - mean) ** 2).sum())])
+        (sq,) = batch.all_reduce_sum([float(((vals.double() - mean) ** 2).sum())])
         var = sq / (n - 1) if n > 1 else 0.0
         return ((x - mean) * (1.0 / (var + eps) ** 0.5 if n > 1 else 1.0)) * mask
     if vals.numel() < 2:
@@ -157,7 +157,7 @@ def make_reinforce_pp(config: ReinforceConfig):
             for j in reversed(pos):
                 acc = float(rewards[i, j]) + config.gamma * acc
                 ret[i, j] = acc
-        return AdvantageOutput(advantages=masked_whiten(ret, mask).to(torch.float32))
+        return AdvantageOutput(advantages=masked_whiten(ret, mask, batch=batch).to(torch.float32))
 
     return estimate
 
@@ -168,7 +168,7 @@ def make_reinforce_pp_baseline(config: NoOptions):
     def estimate(batch: AdvantageInput) -> AdvantageOutput:
         adv = group_advantages(batch.scores, batch.group_ids, norm_by_std=False, eps=0.0)
         mask = batch.mask.to(torch.float64)
-        return AdvantageOutput(advantages=masked_whiten(adv[:, None] * mask, mask).to(torch.float32))
+        return AdvantageOutput(advantages=masked_whiten(adv[:, None] * mask, mask, batch=batch).to(torch.float32))
 
     return estimate
 
@@ -193,13 +193,15 @@ def gae(token_rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, g
     adv = torch.zeros_like(r)
     for i in range(r.shape[0]):
         pos = torch.nonzero(m[i], as_tuple=False).flatten().tolist()
-        adv[i, pos] = torch.tensor(gae_positions(r[i, pos].tolist(), v[i, pos].tolist(), gamma, lam), dtype=torch.float64)
+        row = gae_positions(r[i, pos].tolist(), v[i, pos].tolist(), gamma, lam)
+        adv[i, pos] = torch.tensor(row, dtype=torch.float64)
     returns = (adv + v) * m
     return adv.to(device, torch.float32), returns.to(device, torch.float32)
 
 
-def _finish(adv: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, whiten: bool) -> AdvantageOutput:
-    adv = masked_whiten(adv, mask) if whiten else adv
+def _finish(adv: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, whiten: bool,
+            batch: AdvantageInput) -> AdvantageOutput:
+    adv = masked_whiten(adv, mask, batch=batch) if whiten else adv
     return AdvantageOutput(advantages=adv.to(torch.float32), returns=returns.to(torch.float32))
 
 
@@ -209,8 +211,9 @@ def make_gae(config: GAEConfig):
     def estimate(batch: AdvantageInput) -> AdvantageOutput:
         _need_values(batch, "gae")
         mask = batch.mask.to(torch.float32)
-        adv, returns = gae(batch.token_rewards.to(torch.float64), batch.values.to(torch.float64), mask, config.gamma, config.lam)
-        return _finish(adv, returns, mask, config.whiten)
+        adv, returns = gae(batch.token_rewards.to(torch.float64), batch.values.to(torch.float64), mask, config.gamma,
+                           config.lam)
+        return _finish(adv, returns, mask, config.whiten, batch)
 
     return estimate
 
@@ -243,7 +246,7 @@ def make_turn_gae(config: GAEConfig):
                     rewards[i, j] = _kl_part(batch, i, j)
                 rewards[i, span[-1]] += r[t]
         adv, returns = gae(rewards, batch.values.to(torch.float64), mask, config.gamma, config.lam)
-        return _finish(adv, returns, mask, config.whiten)
+        return _finish(adv, returns, mask, config.whiten, batch)
 
     return estimate
 
@@ -256,7 +259,8 @@ class BiLevelGAEConfig:
     high_level_lam: float | None = option(None, "lambda_H between turns; None = lam (the spec's default).")
     gamma: float = option(1.0, "gamma_L per sampled token inside a turn (RAGEN gamma 1.0).")
     lam: float = option(1.0, "lambda_L inside a turn (RAGEN lam 1.0).")
-    turn_rewards: bool = option(False, "True: r_t = each turn's reward + penalty; False: only the last turn holds the score.")
+    turn_rewards: bool = option(False, "True: r_t = each turn's reward + penalty; False: only the last turn holds the "
+                                       "score.")
     whiten: bool = option(True, "Whiten advantages over all sampled tokens of the batch (unbiased variance).")
 
 
@@ -299,6 +303,6 @@ def make_bi_level_gae(config: BiLevelGAEConfig):
                              [_kl_part(batch, i, j) for j in pos], config)
             adv[i, pos] = torch.tensor(a, dtype=torch.float64, device=adv.device)
         returns = (adv + values) * mask
-        return _finish(adv, returns, mask, config.whiten)
+        return _finish(adv, returns, mask, config.whiten, batch)
 
     return estimate

@@ -50,7 +50,8 @@ PROMPT = (
     "1. There are 2 arms, named {a} and {b}.\n"
     "2. Each arm has its own reward distribution, related to its name.\n"
     "3. Reason about what each name suggests about how its rewards behave.\n"
-    "4. Choose the arm you expect to pay more on average, answering like <answer> {a} </answer> or <answer> {b} </answer>."
+    "4. Choose the arm you expect to pay more on average, answering like <answer> {a} </answer> or "
+    "<answer> {b} </answer>."
 )
 
 
@@ -58,10 +59,14 @@ PROMPT = (
 class BanditConfig(EnvConfig):
     """Bandit settings: which arm-name pairs, and each arm's payout."""
 
-    pair_set: str = option("train", "Arm-name pairs: 'train' (RAGEN Bandit, 12 pairs) or 'test' (held-out BanditTest, 8).")
+    pair_set: str = option(
+        "train", "Arm-name pairs: 'train' (RAGEN Bandit, 12 pairs) or 'test' (held-out BanditTest, 8)."
+    )
     low_reward: float = option(0.1, "Payout of the low-risk arm, every pull (RAGEN V2: 0.1; V1 used 0.15).")
     high_reward: float = option(1.0, "Payout of the high-risk arm when it pays (RAGEN: 1.0).")
-    high_prob: float = option(0.25, "Probability the high-risk arm pays `high_reward`, else 0 (RAGEN: 0.25, mean 0.25).")
+    high_prob: float = option(
+        0.25, "Probability the high-risk arm pays `high_reward`, else 0 (RAGEN: 0.25, mean 0.25)."
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.pair_set not in PAIR_SETS:

@@ -26,7 +26,12 @@ def test_variants_registered_with_budget():
         cfg = ragen.make_env(name).config
         assert cfg.pair_set == pair_set
         assert (cfg.low_reward, cfg.high_reward, cfg.high_prob) == (0.1, 1.0, 0.25)
-        assert (cfg.max_turns, cfg.max_actions_per_turn, cfg.max_actions_per_episode, cfg.response_length) == (1, 1, 1, 500)
+        assert (cfg.max_turns, cfg.max_actions_per_turn, cfg.max_actions_per_episode, cfg.response_length) == (
+            1,
+            1,
+            1,
+            500,
+        )
 
 
 @pytest.mark.parametrize(
@@ -68,7 +73,8 @@ def test_observation_and_prompt_text():
         "You are playing a bandit game. Goal: maximize your total reward by choosing which arm to pull.\nRules:\n"
         f"1. There are 2 arms, named {a} and {b}.\n2. Each arm has its own reward distribution, related to its name.\n"
         "3. Reason about what each name suggests about how its rewards behave.\n"
-        f"4. Choose the arm you expect to pay more on average, answering like <answer> {a} </answer> or <answer> {b} </answer>."
+        f"4. Choose the arm you expect to pay more on average, answering like <answer> {a} </answer> or "
+        f"<answer> {b} </answer>."
     )
     assert obs == PROMPT.format(a=a, b=b) and env.render() == obs
     assert env.action_names == [a, b] and env.instructions == ""

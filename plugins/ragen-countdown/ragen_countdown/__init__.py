@@ -11,7 +11,10 @@ BUDGET = {"max_turns": 1, "max_actions_per_turn": 1, "max_actions_per_episode": 
 
 #: variant -> (config defaults, description)
 VARIANTS: dict[str, tuple[dict, str]] = {
-    "countdown": (dict(BUDGET), "3-4 numbers in [1, 99], target in [1, 100], own seeded generator, + - * / (RAGEN Countdown)"),
+    "countdown": (
+        dict(BUDGET),
+        "3-4 numbers in [1, 99], target in [1, 100], own seeded generator, + - * / (RAGEN Countdown)",
+    ),
     "countdown-additive": (
         {**BUDGET, "additive_only": True},
         "Generated instances some +/- sum of the numbers solves (RAGEN's additive instances)",

@@ -60,7 +60,9 @@ def files_of(paths: tuple[str, ...], key: str) -> tuple[Path, ...]:
         else:
             raise ConfigError(f"{key}: {str(p)!r} does not exist")
     if not files:
-        raise ConfigError(f"{key}: no Countdown files given; set {key} to .jsonl or .parquet files (or a folder of them)")
+        raise ConfigError(
+            f"{key}: no Countdown files given; set {key} to .jsonl or .parquet files (or a folder of them)"
+        )
     return tuple(files)
 
 
@@ -103,7 +105,9 @@ def _typed(path: Path, row: int, record: Any) -> tuple[int, tuple[int, ...]]:
     return target, tuple(nums)
 
 
-def load_items(paths: tuple[str, ...], key: str, max_instances: int, additive_only: bool) -> tuple[list[Item], Counter, int]:
+def load_items(
+    paths: tuple[str, ...], key: str, max_instances: int, additive_only: bool
+) -> tuple[list[Item], Counter, int]:
     """Kept items in file order, the drop counts by reason, and the number of rows read."""
     items, dropped, read = [], Counter(), 0
     for path in files_of(paths, key):
@@ -135,7 +139,11 @@ def _stamp(paths: tuple[str, ...]) -> tuple:
 
 
 def load(
-    data_files: tuple[str, ...], val_files: tuple[str, ...], max_instances: int, additive_only: bool, val_size: int | None
+    data_files: tuple[str, ...],
+    val_files: tuple[str, ...],
+    max_instances: int,
+    additive_only: bool,
+    val_size: int | None,
 ) -> CountdownData:
     """The train/val items of a config (cached per process: files are read and solved once)."""
     return _load(_stamp(data_files), _stamp(val_files), max_instances, additive_only, val_size)
@@ -145,7 +153,9 @@ def load(
 def _load(data: tuple, val: tuple, max_instances: int, additive_only: bool, val_size: int | None) -> CountdownData:
     items, dropped, read = load_items(tuple(p for p, _, _ in data), "data_files", max_instances, additive_only)
     if val:
-        val_items, val_dropped, val_read = load_items(tuple(p for p, _, _ in val), "val_files", max_instances, additive_only)
+        val_items, val_dropped, val_read = load_items(
+            tuple(p for p, _, _ in val), "val_files", max_instances, additive_only
+        )
         train = items
         dropped.update(val_dropped)
         read += val_read

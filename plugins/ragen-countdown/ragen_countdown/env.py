@@ -78,7 +78,9 @@ class CountdownConfig(EnvConfig):
         if self.max_instances < 1:
             raise ConfigError(f"max_instances: must be >= 1, got {self.max_instances}")
         if self.source == "file" and not self.data_files:
-            raise ConfigError("data_files: source='file' needs Countdown files (e.g. -o data_files=path/to/train.parquet)")
+            raise ConfigError(
+                "data_files: source='file' needs Countdown files (e.g. -o data_files=path/to/train.parquet)"
+            )
         super().__attrs_post_init__()
 
 

@@ -182,7 +182,9 @@ def solvable(nums: Sequence[int], target: int) -> bool:
 
 
 def render(tree: Tree) -> str:
-    """Infix text with only the parentheses exact arithmetic needs (``a - (b + c)``, ``a / (b * c)``, not ``(a + b) + c``)."""
+    """Infix text with only the parentheses exact arithmetic needs.
+
+    ``a - (b + c)`` and ``a / (b * c)`` keep theirs; ``(a + b) + c`` is written ``a + b + c``."""
     if isinstance(tree, Leaf):
         return str(tree.value)
     p = _PREC[tree.op]

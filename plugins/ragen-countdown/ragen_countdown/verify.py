@@ -60,7 +60,7 @@ class Verdict:
         return self.status != MALFORMED
 
 
-# ---- parsing ----------------------------------------------------------------------------------------------------------
+# ---- parsing ---------------------------------------------------------------------------------------------------------
 def parse(text: str, max_chars: int = MAX_ANSWER_CHARS) -> ast.expr:
     """The whitelisted syntax tree of ``text``; raises ``MalformedAnswer`` naming the first offending construct."""
     if not isinstance(text, str):
@@ -77,7 +77,9 @@ def parse(text: str, max_chars: int = MAX_ANSWER_CHARS) -> ast.expr:
     try:
         tree = ast.parse(source, mode="eval")  # parsing only: builds a tree, executes nothing
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
-        raise MalformedAnswer(f"not an arithmetic expression ({type(exc).__name__}: {getattr(exc, 'msg', exc)})") from None
+        raise MalformedAnswer(
+            f"not an arithmetic expression ({type(exc).__name__}: {getattr(exc, 'msg', exc)})"
+        ) from None
     check_tree(tree.body, source)
     return tree.body
 
@@ -138,7 +140,7 @@ def literals(tree: ast.expr) -> tuple[int, ...]:
         (n for n in ast.walk(tree) if isinstance(n, ast.Constant)), key=lambda n: (n.lineno, n.col_offset)))
 
 
-# ---- evaluation -------------------------------------------------------------------------------------------------------
+# ---- evaluation ------------------------------------------------------------------------------------------------------
 def evaluate(tree: ast.expr, max_bits: int = MAX_BITS) -> Fraction:
     """Exact value of a parsed (whitelisted) tree; ``EvaluationError`` on division by zero or huge intermediates."""
     if isinstance(tree, ast.Constant):
@@ -172,7 +174,7 @@ def fmt(x: Fraction | int) -> str:
     return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
 
 
-# ---- scoring ----------------------------------------------------------------------------------------------------------
+# ---- scoring ---------------------------------------------------------------------------------------------------------
 def check_answer(answer: str, nums: Sequence[int], target: int) -> Verdict:
     """Score ``answer`` for the instance (``nums``, ``target``) without executing anything."""
     try:

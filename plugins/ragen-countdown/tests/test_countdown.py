@@ -428,11 +428,17 @@ def test_loader_drops_and_counts_unusable_rows(tmp_path):
     assert [it.target for it in add.data.train] == [60, 7] and add.data.dropped["no +/- solution (additive_only)"] == 2
 
 
-@pytest.mark.parametrize("line, match", [
-    ("not json", "not JSON"), ('{"nums": [1, 2]}', "'target' and 'nums'"), ('{"target": 3.0, "nums": [1, 2]}', "integer"),
-    ('{"target": 3, "nums": "1 2"}', "list of integers"), ('{"target": 3, "nums": [1, true]}', "list of integers"),
-    ("[1, 2]", "'target' and 'nums'"),
-])
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("not json", "not JSON"),
+        ('{"nums": [1, 2]}', "'target' and 'nums'"),
+        ('{"target": 3.0, "nums": [1, 2]}', "integer"),
+        ('{"target": 3, "nums": "1 2"}', "list of integers"),
+        ('{"target": 3, "nums": [1, true]}', "list of integers"),
+        ("[1, 2]", "'target' and 'nums'"),
+    ],
+)
 def test_bad_rows_are_config_errors_naming_the_row(tmp_path, line, match):
     f = tmp_path / "bad.jsonl"
     f.write_text('{"target": 3, "nums": [1, 2]}\n' + line + "\n")

@@ -926,7 +926,8 @@ class TestSandboxed:
                 out[name] = (rc, ctypes.get_errno())
             rc = libc.ptrace(0, 0, 0, 0)  # PTRACE_TRACEME
             out["traceme"] = (rc, ctypes.get_errno())
-            fd = os.open(f"/proc/{os.getppid()}/mem", os.O_RDONLY) if os.path.exists(f"/proc/{os.getppid()}/mem") else -1
+            mem = f"/proc/{os.getppid()}/mem"
+            fd = os.open(mem, os.O_RDONLY) if os.path.exists(mem) else -1
             print(json.dumps(out))
         """).replace("fd = os.open", "# fd = os.open")
         t0 = time.monotonic()

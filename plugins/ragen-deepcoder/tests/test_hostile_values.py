@@ -37,7 +37,7 @@ def colliding(n):
     return [i * M for i in range(n)]
 
 
-# ---- the decoder ------------------------------------------------------------------------------------------------------
+# ---- the decoder -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("tag", ["set", "frozenset", "dict", "list", "tuple"])
 def test_values_of_one_hash_are_refused_in_linear_time(tag):
     """20,000 colliding ints cost the old decoder (set, dict) or the test code (list, tuple) seconds: now a ValueError
@@ -92,7 +92,7 @@ def test_control_flow_exceptions_do_not_cross_as_themselves():
         assert type(harness._remote_exception({"exc": name, "error": "x"})) is cls
 
 
-# ---- through the sandbox ----------------------------------------------------------------------------------------------
+# ---- through the sandbox ---------------------------------------------------------------------------------------------
 FORGER = """
 import os, json
 M = 2**61 - 1

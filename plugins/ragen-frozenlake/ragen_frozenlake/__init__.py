@@ -18,7 +18,10 @@ _COMMON = {
 #: variant name -> (config defaults, one-line description)
 VARIANTS = {
     "frozenlake": ({**_COMMON, "success_rate": 1.0}, "FrozenLake 4x4, p=0.9, deterministic ice (RAGEN V2 main table)"),
-    "frozenlake-slippery": ({**_COMMON, "success_rate": 0.8}, "FrozenLake 4x4, p=0.9, slippery ice: success_rate 0.8 (RAGEN envs.yaml)"),
+    "frozenlake-slippery": (
+        {**_COMMON, "success_rate": 0.8},
+        "FrozenLake 4x4, p=0.9, slippery ice: success_rate 0.8 (RAGEN envs.yaml)",
+    ),
 }
 
 

@@ -36,9 +36,13 @@ class FrozenLakeConfig(EnvConfig):
     size: int = option(4, "Side of the square lake (RAGEN `size`: 4).")
     p: float = option(0.9, "Probability that a cell is frozen rather than a hole (RAGEN CoordFrozenLake: 0.9).")
     success_rate: float = option(
-        1.0, "Probability a move goes the intended way; the rest splits evenly over the two perpendicular ones (1 = no slips)."
+        1.0,
+        "Probability a move goes the intended way; the rest splits evenly over the two perpendicular ones "
+        "(1 = no slips).",
     )
-    observation_format: str = option("grid_coord", "'grid' (symbol grid), 'coord' (coordinate lines) or 'grid_coord' (both).")
+    observation_format: str = option(
+        "grid_coord", "'grid' (symbol grid), 'coord' (coordinate lines) or 'grid_coord' (both)."
+    )
     max_steps: int | None = option(None, "Steps after which the env truncates the episode; None = no internal limit.")
 
     def __attrs_post_init__(self) -> None:
@@ -68,11 +72,15 @@ class LakeText:
     def __init__(self, lake: LakeMap, observation_format: str = "grid_coord") -> None:
         self.lake, self.observation_format = lake, observation_format
         self.rows = [
-            "".join(SYMBOLS["hole"] if ch == HOLE else SYMBOLS["goal"] if ch == GOAL else SYMBOLS["frozen"] for ch in row)
+            "".join(
+                SYMBOLS["hole"] if ch == HOLE else SYMBOLS["goal"] if ch == GOAL else SYMBOLS["frozen"] for ch in row
+            )
             for row in lake.desc
         ]
         n = lake.size
-        self.head = f"Board size: {n} rows x {n} cols (zero-indexed).\nStart: {_fmt(lake.start)}\nGoal: {_fmt(lake.goal)}\n"
+        self.head = (
+            f"Board size: {n} rows x {n} cols (zero-indexed).\nStart: {_fmt(lake.start)}\nGoal: {_fmt(lake.goal)}\n"
+        )
         self.tail = "\nHoles: " + ", ".join(_fmt(h) for h in lake.holes) if lake.holes else ""
 
     def grid(self, player: tuple[int, int]) -> str:
@@ -214,7 +222,14 @@ class FrozenLakeEnv(Env):
     def _legend(cfg: FrozenLakeConfig) -> dict[str, str] | None:
         if cfg.observation_format == "coord":
             return None  # no symbol grid in the observation
-        legend = {"P": "player", "_": "frozen (safe)", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"}
+        legend = {
+            "P": "player",
+            "_": "frozen (safe)",
+            "O": "hole",
+            "G": "goal",
+            "X": "player in hole",
+            "√": "player on goal",
+        }
         if cfg.p >= 1.0:  # no holes can appear
             del legend["O"], legend["X"]
         return legend
@@ -239,7 +254,8 @@ class FrozenLakeEnv(Env):
             slip = (1.0 - cfg.success_rate) / 2
             parts.append(
                 f"Beware: the ice is slippery, so the player may slide to an unintended tile. A move goes the intended "
-                f"way with probability {cfg.success_rate:.2g} and to each perpendicular side with probability {slip:.2g}."
+                f"way with probability {cfg.success_rate:.2g} and to each perpendicular side with probability "
+                f"{slip:.2g}."
             )
         parts.append("Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.")
         return " ".join(parts)
@@ -264,7 +280,11 @@ class FrozenLakeEnv(Env):
     @property
     def is_running(self) -> bool:
         """Reset and neither in a hole nor on the goal (nor truncated)."""
-        return self._gym is not None and not self._done and self.lake.desc[self.position[0]][self.position[1]] not in (HOLE, GOAL)
+        return (
+            self._gym is not None
+            and not self._done
+            and self.lake.desc[self.position[0]][self.position[1]] not in (HOLE, GOAL)
+        )
 
     @property
     def actions_left(self) -> int:
@@ -325,7 +345,10 @@ class FrozenLakeEnv(Env):
         if self._gym is not None:
             self._gym.close()
         self._gym = GymFrozenLake(
-            render_mode=None, desc=list(self.lake.desc), is_slippery=cfg.success_rate < 1.0, success_rate=cfg.success_rate
+            render_mode=None,
+            desc=list(self.lake.desc),
+            is_slippery=cfg.success_rate < 1.0,
+            success_rate=cfg.success_rate,
         )
         self._gym.reset(seed=int(self.noise_rng().integers(2**63 - 1)))  # also gymnasium's draw of the start
         self._s = int(self._gym.s)

@@ -54,7 +54,8 @@ def test_variants_registered_with_budget():
 
 
 @pytest.mark.parametrize(
-    "options", [{"size": 1}, {"p": 0.0}, {"p": 1.5}, {"success_rate": 1.2}, {"observation_format": "ansi"}, {"max_steps": 0}]
+    "options",
+    [{"size": 1}, {"p": 0.0}, {"p": 1.5}, {"success_rate": 1.2}, {"observation_format": "ansi"}, {"max_steps": 0}],
 )
 def test_bad_config_is_a_config_error(options):
     with pytest.raises(ragen.ConfigError):
@@ -132,7 +133,9 @@ def test_transition_table_matches_success_rate(rate):
 @pytest.mark.parametrize("rate", [0.8, 1 / 3])
 def test_sampled_transitions_match_table(rate):
     # a map whose start is not on the edge, so the three outcomes are distinct cells
-    seed = next(s for s in range(1000) if 0 < generate_map(4, 0.9, s).start[0] < 3 and 0 < generate_map(4, 0.9, s).start[1] < 3)
+    seed = next(
+        s for s in range(1000) if 0 < generate_map(4, 0.9, s).start[0] < 3 and 0 < generate_map(4, 0.9, s).start[1] < 3
+    )
     env = make(rate)
     n = 1500
     counts = collections.Counter()
@@ -365,7 +368,12 @@ def test_deterministic_optimal_actions_are_every_first_move_of_a_shortest_path()
             for a, name in enumerate(("Left", "Down", "Right", "Up")):
                 env.state = int(np.argmax(env.transition_matrix[s, a]))
                 landed = env.lake.desc[env.state // 4][env.state % 4]
-                if landed == "G" and len(path) == 1 or landed not in "HG" and len(env.expert.plan(env)) == len(path) - 1:
+                if (
+                    landed == "G"
+                    and len(path) == 1
+                    or landed not in "HG"
+                    and len(env.expert.plan(env)) == len(path) - 1
+                ):
                     expected.add(name)
                 env.state = s
             assert got == expected and path[0] in got, (seed, s)

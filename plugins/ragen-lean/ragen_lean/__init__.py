@@ -1,4 +1,5 @@
-"""ragen-lean: theorem proving (RAGEN's Lean env) over a prover backend, Coq by default, registered through ragen's hook."""
+"""ragen-lean: theorem proving (RAGEN's Lean env) over a prover backend, Coq by default, registered through ragen's
+hook."""
 
 from ragen import hookimpl, register_variants
 from ragen_lean.env import LeanConfig, LeanEnv
@@ -15,7 +16,8 @@ VARIANTS = {
     "lean-easy": (
         {"backend": "coq", "problems": "curriculum", "max_turns": 8, "max_actions_per_turn": 4,
          "max_actions_per_episode": 30},
-        "Coq prover on the built-in curriculum of easy lemmas with known proofs (expert), 8 x 4 tactics, 30 per episode",
+        "Coq prover on the built-in curriculum of easy lemmas with known proofs (expert), 8 x 4 tactics, "
+        "30 per episode",
     ),
     "lean4": (
         {"backend": "lean4", "problems": "jsonl", "max_turns": 15, "max_actions_per_turn": 4,

@@ -3,10 +3,11 @@
 ``-emacs`` makes coqtop end every answer with ``<prompt>NAME < N |NAME| D < </prompt>`` (N = state number). Since the
 model can make coqtop print such text itself, each sentence is followed by a ``Check`` of a random name, and the
 sentence's reply is what precedes the last prompt before that name shows up (``CoqSession.send``). A sentence is
-accepted when coqtop printed no ``Error`` and N advanced; on an error coqtop keeps the state. An action may carry focusing bullets/braces (``- split.``): each is a
-sentence of its own, and when a later one fails the action is undone with ``BackTo N`` (an internal command the
-model may not send), so a rejected action always leaves the proof state unchanged. When ``Show.`` says
-``No more goals.`` the backend sends ``Qed.``; if Qed fails (e.g. a bad fixpoint) the action is undone and rejected.
+accepted when coqtop printed no ``Error`` and N advanced; on an error coqtop keeps the state. An action may carry
+focusing bullets/braces (``- split.``): each is a sentence of its own, and when a later one fails the action is undone
+with ``BackTo N`` (an internal command the model may not send), so a rejected action always leaves the proof state
+unchanged. When ``Show.`` says ``No more goals.`` the backend sends ``Qed.``; if Qed fails (e.g. a bad fixpoint) the
+action is undone and rejected.
 
 Safety: the tactic policy (``tactics.check_coq_action``) rejects commands before they reach coqtop; coqtop runs in a
 fresh empty working directory, in its own process group, under an address-space limit; a sentence that runs past its

@@ -69,11 +69,12 @@ class LeanConfig(EnvConfig):
     coqtop: str = option("coqtop", "The coqtop executable (Debian package coq; Coquelicot from libcoq-coquelicot).")
     memory_limit_mb: int = option(4096, "Address-space limit of each coqtop process in MiB (0 = no limit).")
     lean_repl_path: str | None = option(
-        None, "Lean REPL: a Mathlib project folder (runs `lake exe repl` there) or an executable; "
-              "None = $RAGEN_LEAN_REPL."
+        None,
+        "Lean REPL: a Mathlib project folder (runs `lake exe repl` there) or an executable; None = $RAGEN_LEAN_REPL.",
     )
-    kimina_url: str | None = option(None, "Kimina Lean server URL (used when no REPL is set); "
-                                          "None = $RAGEN_KIMINA_URL.")
+    kimina_url: str | None = option(
+        None, "Kimina Lean server URL (used when no REPL is set); None = $RAGEN_KIMINA_URL."
+    )
     kimina_api_key: str | None = option(None, "Kimina server API key; None = $RAGEN_KIMINA_API_KEY (or none).")
     skip_unloadable: bool = option(
         True,
@@ -82,13 +83,16 @@ class LeanConfig(EnvConfig):
     )
     step_penalty: float = option(-0.1, "Reward added to every tactic (RAGEN: -0.1).")
     valid_step_reward: float = option(1.0, "Reward added when the prover accepts the tactic (RAGEN: +1).")
-    invalid_step_reward: float = option(-1.0, "Reward added when the prover (or the tactic policy) rejects it "
-                                              "(RAGEN: -1).")
+    invalid_step_reward: float = option(
+        -1.0, "Reward added when the prover (or the tactic policy) rejects it (RAGEN: -1)."
+    )
     success_reward: float = option(10.0, "Reward added when the tactic completes the proof (RAGEN: +10).")
-    timeout_penalty: float = option(-1.0, "Reward added when the tactic times out, on top of the rejection "
-                                          "(RAGEN: -1).")
-    max_steps_penalty: float = option(-2.0, "Reward added when max_actions_per_episode tactics leave it unproved "
-                                            "(RAGEN: -2).")
+    timeout_penalty: float = option(
+        -1.0, "Reward added when the tactic times out, on top of the rejection (RAGEN: -1)."
+    )
+    max_steps_penalty: float = option(
+        -2.0, "Reward added when max_actions_per_episode tactics leave it unproved (RAGEN: -2)."
+    )
     reward_noop: bool = option(
         False,
         "Whether accepted tactics that reach no new goal state earn valid_step_reward. False (FIX): only a tactic "
@@ -164,8 +168,9 @@ def make_backend(cfg: LeanConfig) -> ProverBackend:
             backend, key = KiminaBackend(url, api_key), "kimina_url"
         else:
             raise ConfigError(
-                f"lean_repl_path/kimina_url: {NOT_AVAILABLE}; set lean_repl_path (or RAGEN_LEAN_REPL) to a Lean REPL "
-                "in a Mathlib project, or kimina_url (or RAGEN_KIMINA_URL) to a running Kimina Lean server"
+                f"lean_repl_path/kimina_url: {NOT_AVAILABLE}; set lean_repl_path (or RAGEN_LEAN_REPL) to a Lean "
+                "REPL in "
+                "a Mathlib project, or kimina_url (or RAGEN_KIMINA_URL) to a running Kimina Lean server"
             )
     ok, reason = backend.available()
     if not ok:
@@ -248,8 +253,8 @@ class LeanEnv(Env):
                 "inside parentheses: (lia || lra). A bullet or brace may precede the tactic (- split.). A tactic the "
                 "prover rejects leaves the proof unchanged and its error is shown. Do not use admit, give_up, Admitted "
                 "or vernacular commands such as Require or Set; the queries "
-                f"{', '.join(COQ_ALLOWED_QUERIES)} and the command Unshelve are allowed. When no goals remain the "
-                "proof is closed automatically "
+                f"{', '.join(COQ_ALLOWED_QUERIES)} and the command Unshelve are allowed. "
+                "When no goals remain the proof is closed automatically "
                 f"(Qed). You have {cfg.max_actions_per_episode} tactics in all."
             )
         return (

@@ -71,7 +71,7 @@ def _format_goals(goals: list[str]) -> str:
     return "\n\n".join(g.strip() for g in goals)
 
 
-# ---- the REPL protocol ------------------------------------------------------------------------------------------------
+# ---- the REPL protocol -----------------------------------------------------------------------------------------------
 class ReplTimeout(SessionTimeout):
     pass
 
@@ -163,7 +163,10 @@ class LeanReplBackend(ProverBackend):
             return True, f"Lean REPL project {self.repl_path}"
         if self.repl_path.is_file() and os.access(self.repl_path, os.X_OK):
             return True, f"Lean REPL executable {self.repl_path}"
-        return False, f"{NOT_AVAILABLE}: lean_repl_path {str(self.repl_path)!r} is neither a project folder nor an executable"
+        return (
+            False,
+            f"{NOT_AVAILABLE}: lean_repl_path {str(self.repl_path)!r} is neither a project folder nor an executable",
+        )
 
     def open(self, header: str, statement: str, recycle: ProofState | None = None) -> LeanReplProofState:
         """A proof in a new REPL, or in ``recycle``'s REPL when it loaded the same header (its environment is kept:
@@ -182,7 +185,9 @@ class LeanReplBackend(ProverBackend):
 class LeanReplProofState(SessionProofState):
     """One theorem in one REPL process; proof states are the REPL's ``proofState`` numbers."""
 
-    def __init__(self, backend: LeanReplBackend, header: str, statement: str, recycle: LeanReplProofState | None = None):
+    def __init__(
+        self, backend: LeanReplBackend, header: str, statement: str, recycle: LeanReplProofState | None = None
+    ):
         self.backend = backend
         self.header, self.statement = header, statement
         self.accepted: list[str] = []
@@ -296,7 +301,7 @@ def tactic_verdict(answer: dict) -> str | None:
     return None
 
 
-# ---- Kimina -----------------------------------------------------------------------------------------------------------
+# ---- Kimina ----------------------------------------------------------------------------------------------------------
 class KiminaBackend(ProverBackend):
     """A Kimina Lean server at ``url`` (``POST /api/check``, ``GET /health``), optionally with an API key."""
 
@@ -318,7 +323,8 @@ class KiminaBackend(ProverBackend):
             return False, f"{NOT_AVAILABLE}: {self.url}/health is unreachable ({exc})"
 
     def check(self, code: str, timeout_s: float) -> dict:
-        """One ``/api/check`` round trip; returns ``{"error": str}`` or the REPL response (``messages``, ``sorries``)."""
+        """One ``/api/check`` round trip; returns ``{"error": str}`` or the REPL response (``messages``,
+        ``sorries``)."""
         snippet = {"id": uuid.uuid4().hex, "code": code}
         # old servers read "snippets" (answer {"results": [...]}), newer ones "snippet" (one result): send both
         payload = {"snippet": snippet, "snippets": [snippet], "timeout": max(1, int(round(timeout_s))),

@@ -25,7 +25,9 @@ from ragen_lean.tactics import coq_sentences, is_focus_marker
 
 THEOREM_LINE = re.compile(r"^\s*(Theorem|Lemma|Example|Corollary|Proposition|Fact|Remark)\b")
 PROOF_LINE = re.compile(r"^\s*Proof\s*\.")
-LEAN_DEFAULT_HEADER = "import Mathlib\nimport Aesop\nset_option maxHeartbeats 0\nopen BigOperators Real Nat Topology Rat"
+LEAN_DEFAULT_HEADER = (
+    "import Mathlib\nimport Aesop\nset_option maxHeartbeats 0\nopen BigOperators Real Nat Topology Rat"
+)
 MINIF2F_SPLIT_DIRS = {"train": "valid", "val": "test", "test": "test"}
 
 
@@ -45,7 +47,7 @@ class DataError(ValueError):
     """A problem file or folder is missing or malformed."""
 
 
-# ---- Coq files --------------------------------------------------------------------------------------------------------
+# ---- Coq files -------------------------------------------------------------------------------------------------------
 def parse_coq_file(text: str, name: str, source: str = "") -> Problem:
     """Split a ``.v`` file into header, statement and (when it ends with ``Qed.``) a known proof."""
     lines = text.splitlines()
@@ -129,7 +131,7 @@ def known_unloadable() -> dict[str, dict[str, str]]:
     return json.loads(text)
 
 
-# ---- Lean 4 JSONL -----------------------------------------------------------------------------------------------------
+# ---- Lean 4 JSONL ----------------------------------------------------------------------------------------------------
 def load_lean_jsonl(path: Path) -> list[Problem]:
     """Problems from a JSONL file of ``{name, formal_statement, header?, proof?}`` objects."""
     if not path.is_file():
@@ -156,7 +158,7 @@ def load_lean_jsonl(path: Path) -> list[Problem]:
     return problems
 
 
-# ---- splits -----------------------------------------------------------------------------------------------------------
+# ---- splits ----------------------------------------------------------------------------------------------------------
 def default_val_size(n: int) -> int:
     """Spec 1.5: min(500, 10 %), at least 1 when there are at least 2 items."""
     return min(500, max(1 if n >= 2 else 0, n // 10))

@@ -301,5 +301,7 @@ def check_lean_tactic(action: str) -> Checked:
     tokens = set(_LEAN_TOKEN.findall(strip_lean_comments(text)))
     for bad in LEAN_FORBIDDEN:
         if bad in tokens:
-            return Checked(error=f"'{bad}' is not allowed: send proof tactics only (no sorry/admit, no meta-programming).")
+            return Checked(
+                error=f"'{bad}' is not allowed: send proof tactics only (no sorry/admit, no meta-programming)."
+            )
     return Checked(pieces=(text,))

@@ -33,7 +33,11 @@ def command(req: dict) -> dict:
     goals = [f"⊢ goal {i}" for i in range(int(match.group(1)))]
     states.append(goals)
     sorry = {"proofState": len(states) - 1, "goal": "\n".join(goals), "pos": {}, "endPos": {}}
-    return {"env": req["env"], "sorries": [sorry], "messages": [{"severity": "warning", "data": "declaration uses 'sorry'"}]}
+    return {
+        "env": req["env"],
+        "sorries": [sorry],
+        "messages": [{"severity": "warning", "data": "declaration uses 'sorry'"}],
+    }
 
 
 def tactic(req: dict) -> dict:

@@ -1,5 +1,5 @@
-"""ragen-lean: tactic splitting and policy, miniF2F parsing, the Coq backend (real coqtop), the env contract and rewards,
-the expert, the Lean 4 protocol layer, and a two-step training run (spec section 11, issue 5 acceptance 5)."""
+"""ragen-lean: tactic splitting and policy, miniF2F parsing, the Coq backend (real coqtop), the env contract and
+rewards, the expert, the Lean 4 protocol layer, and a two-step training run (spec section 11)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def gone(pid: int) -> bool:
     return False
 
 
-# ---- registration and config ------------------------------------------------------------------------------------------
+# ---- registration and config -----------------------------------------------------------------------------------------
 def test_variants_registered_with_spec_budgets():
     listed = {c.name: c.dist for c in ragen.list_envs()}
     for name, (turns, per_turn, per_episode) in VARIANTS.items():
@@ -148,7 +148,7 @@ def test_lean4_without_toolchain_says_so(monkeypatch, tmp_path):
         ragen.make_env("lean4", kimina_url="http://127.0.0.1:9")  # nothing listens on the discard port
 
 
-# ---- splitting answers and Coq sentences ------------------------------------------------------------------------------
+# ---- splitting answers and Coq sentences -----------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("answer", "pieces"),
     [
@@ -201,7 +201,7 @@ def test_unterminated_literals_are_rejected(text):
     assert not checked.ok and "unterminated" in checked.error
 
 
-# ---- the tactic policy ------------------------------------------------------------------------------------------------
+# ---- the tactic policy -----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", COQ_FORBIDDEN_COMMANDS)
 def test_every_spec_command_is_rejected(command):
     checked = check_coq_action(f"{command} foo.")
@@ -210,7 +210,8 @@ def test_every_spec_command_is_rejected(command):
 
 @pytest.mark.parametrize(
     "action",
-    ["admit.", "try admit.", "(lia || admit).", "give_up.", "Admitted.", "Fail Quit.", "Time Drop.", "Timeout 1 Load x.",
+    ["admit.", "try admit.", "(lia || admit).", "give_up.", "Admitted.", "Fail Quit.", "Time Drop.",
+     "Timeout 1 Load x.",
      'Redirect "out" Print All.', "#[bypass_check(guard)] fix f 1.", "Ltac t := idtac.", "Definition x := 1.",
      "Declare ML Module \"x\".", "Extraction \"f.ml\" nat.", "Cd \"/tmp\".", "all: Drop.", "Local Set Printing All.",
      "2: { Drop.", "idtac.. Drop.", "- Quit."],
@@ -255,10 +256,11 @@ def test_lean_policy():
     assert not check_lean_tactic("  ").ok
 
 
-# ---- miniF2F-rocq parsing and data ------------------------------------------------------------------------------------
+# ---- miniF2F-rocq parsing and data -----------------------------------------------------------------------------------
 def test_parse_coq_file_splits_header_statement_and_shipped_proof():
     text = ("Require Import Reals.\nOpen Scope R_scope.\n\nDefinition f (x : R) := 2 * x.\n"
-            "Theorem t (x : R) :\n  f x = 2 * x.\nProof.\n  unfold f.\n  - reflexivity.\nQed.\n\nTheorem u : True.\nProof.\nAdmitted.\n")  # fmt: skip
+            "Theorem t (x : R) :\n  f x = 2 * x.\nProof.\n  unfold f.\n  - reflexivity.\nQed.\n\n"
+            "Theorem u : True.\nProof.\nAdmitted.\n")  # fmt: skip
     p = parse_coq_file(text, "t")
     assert p.header == "Require Import Reals.\nOpen Scope R_scope.\n\nDefinition f (x : R) := 2 * x."
     assert p.statement == "Theorem t (x : R) :\n  f x = 2 * x."
@@ -305,7 +307,7 @@ def test_lean_jsonl_loader(tmp_path):
         load_lean_jsonl(path)
 
 
-# ---- the Coq backend --------------------------------------------------------------------------------------------------
+# ---- the Coq backend -------------------------------------------------------------------------------------------------
 @coq
 def test_curriculum_has_30_plus_lemmas_and_every_known_proof_checks():
     assert len(CURRICULUM) >= 30 and len({p.name for p in CURRICULUM}) == len(CURRICULUM)
@@ -470,7 +472,7 @@ def test_goals_are_cleaned():
     assert clean_goals("<infomsg>hi</infomsg>\n1 goal (ID 12)\n  \n  x : R   \n") == "hi\n1 goal\n\n  x : R"
 
 
-# ---- the env ----------------------------------------------------------------------------------------------------------
+# ---- the env ---------------------------------------------------------------------------------------------------------
 @coq
 def test_observation_layout_and_instructions():
     env = curriculum_env()
@@ -702,7 +704,9 @@ def test_minif2f_statements_are_proved_by_known_short_proofs():
 def test_bundled_unloadable_list_matches_the_data():
     listed = known_unloadable().get("8.16.1", {})
     assert 5 <= len(listed) <= 40
-    names = {f"valid/{p.name}" for p in load_minif2f(MINIF2F, "train")} | {f"test/{p.name}" for p in load_minif2f(MINIF2F, "val")}
+    names = {f"valid/{p.name}" for p in load_minif2f(MINIF2F, "train")} | {
+        f"test/{p.name}" for p in load_minif2f(MINIF2F, "val")
+    }
     assert set(listed) <= names
     backend = CoqBackend()
     if backend.version() != "8.16.1":
@@ -713,7 +717,7 @@ def test_bundled_unloadable_list_matches_the_data():
             backend.open(problem.header, problem.statement).close()
 
 
-# ---- contract checks --------------------------------------------------------------------------------------------------
+# ---- contract checks -------------------------------------------------------------------------------------------------
 @coq
 def test_check_env_lean_easy():
     checks = check_env("lean-easy")
@@ -756,7 +760,7 @@ def test_random_text_never_crashes_the_env():
         env.close()
 
 
-# ---- Lean 4: the protocol layer against a stand-in REPL; the real toolchain when present ------------------------------
+# ---- Lean 4: the protocol layer against a stand-in REPL; the real toolchain when present -----------------------------
 @pytest.fixture
 def fake_repl(tmp_path):
     """An executable speaking the REPL protocol (tests/fake_lean_repl.py) and the log of requests it received."""
@@ -814,7 +818,9 @@ def test_lean_helpers():
     assert proof_skeleton("theorem t : x = 1 := by sorry") == "theorem t : x = 1 := by"
     assert proof_skeleton("theorem t : x = 1 :=") == "theorem t : x = 1 := by"
     assert proof_skeleton("theorem t : x = 1") == "theorem t : x = 1 := by"
-    assert indent_tactics(["intro x", "cases h with\n| inl h => simp"]) == "  intro x\n  cases h with\n  | inl h => simp"
+    assert (
+        indent_tactics(["intro x", "cases h with\n| inl h => simp"]) == "  intro x\n  cases h with\n  | inl h => simp"
+    )
     assert tactic_verdict({"proofState": 3, "goals": []}) is None
     assert "does not check" in tactic_verdict({"proofState": 3, "goals": [], "proofStatus": "Error: kernel"})
     assert tactic_verdict({"message": "Lean error:\nunknown"}) == "unknown"
@@ -911,7 +917,7 @@ def test_real_lean4_prover(tmp_path):
         env.close()
 
 
-# ---- training smoke test ----------------------------------------------------------------------------------------------
+# ---- training smoke test ---------------------------------------------------------------------------------------------
 @coq
 @pytest.mark.slow
 def test_two_step_grpo_run(tmp_path):

@@ -5,7 +5,13 @@ from ragen_metamathqa.env import MetaMathQAConfig, MetaMathQAEnv
 
 __all__ = ["MetaMathQAConfig", "MetaMathQAEnv", "VARIANTS", "register_envs"]
 
-_RETRIES = {"max_attempts": 3, "max_turns": 3, "max_actions_per_turn": 1, "max_actions_per_episode": 3, "max_tokens": 100}
+_RETRIES = {
+    "max_attempts": 3,
+    "max_turns": 3,
+    "max_actions_per_turn": 1,
+    "max_actions_per_episode": 3,
+    "max_tokens": 100,
+}
 
 #: variant name -> (config defaults, one-line description)
 VARIANTS = {

@@ -49,7 +49,9 @@ class MetaMathQAConfig(EnvConfig):
     hf_repo: str = option(HF_REPO, "Hugging Face dataset repo of source 'hf'.")
     hf_file: str = option(HF_FILE, "File of that repo: a JSON array of {query, response, ...} records.")
     hf_revision: str | None = option(None, "Revision (branch, tag or commit) of the HF dataset; None = main.")
-    steps: int | None = option(None, "procedural: arithmetic steps per problem, 1-4; None = drawn from 1-4 per problem.")
+    steps: int | None = option(
+        None, "procedural: arithmetic steps per problem, 1-4; None = drawn from 1-4 per problem."
+    )
     families: Any = option((), "procedural: template families to draw from (empty = all: "
                                        + ", ".join(FAMILIES) + ").", converter=_tuple_of_str)
     max_attempts: int = option(3, "Attempts per episode; a correct answer at attempt k (0-based) earns 2**-k "
@@ -77,7 +79,9 @@ class MetaMathQAConfig(EnvConfig):
         if self.max_attempts < 1:
             raise ConfigError(f"max_attempts: must be >= 1, got {self.max_attempts}")
         if self.max_actions_per_turn != 1:
-            raise ConfigError(f"max_actions_per_turn: must be 1 (the whole answer is one attempt), got {self.max_actions_per_turn}")
+            raise ConfigError(
+                f"max_actions_per_turn: must be 1 (the whole answer is one attempt), got {self.max_actions_per_turn}"
+            )
         if self.max_answer_chars < 1 or self.check_timeout_s <= 0 or self.check_workers < 1:
             raise ConfigError("max_answer_chars, check_timeout_s, check_workers: must be positive")
         if self.symbolic_backend not in BACKENDS:

@@ -224,7 +224,9 @@ def rate_time(rng: random.Random, steps: int, w: Work) -> tuple[str, Q]:
     verb = "travels" if travel else "makes"
     rate = (lambda r: f"at {r} {unit} per hour") if travel else (lambda r: f"{r} {unit} per hour")
     if steps == 1:
-        return f"A {what} {verb} {rate(r1)}. How many {unit} does it {verb[:-1]} in {t1} hours?", w.mul(w.n(r1), w.n(t1))
+        return f"A {what} {verb} {rate(r1)}. How many {unit} does it {verb[:-1]} in {t1} hours?", w.mul(
+            w.n(r1), w.n(t1)
+        )
     if steps == 2:
         total = w.mul(w.mul(w.n(r1), w.n(t1)), w.n(days))
         return (f"A {what} {verb} {rate(r1)} for {t1} hours every day. How many {unit} does it {verb[:-1]} in "
@@ -384,8 +386,10 @@ def rectangle(rng: random.Random, steps: int, w: Work) -> tuple[str, Q]:
                 f"around?"), w.mul(perimeter, w.n(cost))
     side = rng.randint(1, min(length, width) - 1)
     grass = w.sub(w.mul(w.n(length), w.n(width)), w.mul(w.n(side), w.n(side)))
-    return (f"{intro} A square pond with sides of {side} {unit} sits inside it, and the rest is covered with grass "
-            f"seed that costs ${cost} per square {unit1}. How many dollars does the seed cost?"), w.mul(grass, w.n(cost))
+    return (
+        f"{intro} A square pond with sides of {side} {unit} sits inside it, and the rest is covered with grass "
+        f"seed that costs ${cost} per square {unit1}. How many dollars does the seed cost?"
+    ), w.mul(grass, w.n(cost))
 
 
 def savings(rng: random.Random, steps: int, w: Work) -> tuple[str, Q]:

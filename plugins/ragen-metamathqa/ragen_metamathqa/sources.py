@@ -149,7 +149,9 @@ def load_gsm8k(folder: Path, val_size: int | None, max_items: int | None) -> Dat
     """``train.jsonl`` -> train; ``test.jsonl`` split into val (first ``val_size`` of a Random(0) permutation) and
     test (the rest)."""
     if not folder.is_dir():
-        raise ConfigError(f"path: {folder} is not a folder (source 'gsm8k' reads FOLDER/train.jsonl and FOLDER/test.jsonl)")
+        raise ConfigError(
+            f"path: {folder} is not a folder (source 'gsm8k' reads FOLDER/train.jsonl and FOLDER/test.jsonl)"
+        )
     for name in ("train.jsonl", "test.jsonl"):
         if not (folder / name).is_file():
             raise ConfigError(f"path: {folder} has no {name} (source 'gsm8k' reads train.jsonl and test.jsonl)")
@@ -170,7 +172,8 @@ def load_file(path: Path, question_field: str, answer_field: str, val_size: int 
     n_test = n_val if test_size is None else test_size
     if n_val + n_test >= len(items):
         raise ConfigError(
-            f"val_size/test_size: {n_val} + {n_test} held-out items leave no training items of the {len(items)} in {path.name}"
+            f"val_size/test_size: {n_val} + {n_test} held-out items leave no training items of the {len(items)} "
+            f"in {path.name}"
         )
     return Dataset(f"{kind}:{path.name}", partition(items, n_val, n_test), skipped)
 
@@ -200,7 +203,9 @@ def fetch_hf(repo: str, filename: str, revision: str | None) -> Path:
             why = "HF_HUB_OFFLINE is set and the file is not in the local Hugging Face cache"
         else:
             why = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-        raise DatasetUnavailable(f"source 'hf': cannot get {filename} of the Hugging Face dataset {repo} ({why}); {how}") from exc
+        raise DatasetUnavailable(
+            f"source 'hf': cannot get {filename} of the Hugging Face dataset {repo} ({why}); {how}"
+        ) from exc
 
 
 # ---- cache ---------------------------------------------------------------------------------------------------------

@@ -57,10 +57,32 @@ def math_verify_equal(gold: str, pred: str) -> bool:
 # -- sympy backend: a small, whitelisted reading of LaTeX / plain expressions ----------------------------------------
 _ALLOWED_NAMES = {"sqrt", "pi", "E", "exp", "log", "ln", "sin", "cos", "tan", "oo", "I"}
 _LATEX = [
-    ("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\ ", ""), ("\\cdot", "*"),
-    ("\\times", "*"), ("\\div", "/"), ("\\pi", "pi"), ("\\infty", "oo"), ("\\ln", "ln"), ("\\log", "log"),
-    ("\\sin", "sin"), ("\\cos", "cos"), ("\\tan", "tan"), ("\\exp", "exp"), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
-    ("$", ""), ("^", "**"), ("\u2212", "-"), ("\u00d7", "*"), ("\u00f7", "/"), ("\u03c0", "pi"), ("\u221a", "sqrt"),
+    ("\\left", ""),
+    ("\\right", ""),
+    ("\\!", ""),
+    ("\\,", ""),
+    ("\\;", ""),
+    ("\\ ", ""),
+    ("\\cdot", "*"),
+    ("\\times", "*"),
+    ("\\div", "/"),
+    ("\\pi", "pi"),
+    ("\\infty", "oo"),
+    ("\\ln", "ln"),
+    ("\\log", "log"),
+    ("\\sin", "sin"),
+    ("\\cos", "cos"),
+    ("\\tan", "tan"),
+    ("\\exp", "exp"),
+    ("\\dfrac", "\\frac"),
+    ("\\tfrac", "\\frac"),
+    ("$", ""),
+    ("^", "**"),
+    ("\u2212", "-"),
+    ("\u00d7", "*"),
+    ("\u00f7", "/"),
+    ("\u03c0", "pi"),
+    ("\u221a", "sqrt"),
 ]
 
 
@@ -155,7 +177,9 @@ def sympy_equal(gold: str, pred: str) -> bool:
         s = latex_to_sympy_text(text)
         if s is None or not s.strip():
             return None
-        return parse_expr(s, local_dict=dict(names), global_dict={"__builtins__": {}, **base}, transformations=transforms)
+        return parse_expr(
+            s, local_dict=dict(names), global_dict={"__builtins__": {}, **base}, transformations=transforms
+        )
 
     g, p = read(gold), read(pred)
     if g is None or p is None:

@@ -487,7 +487,13 @@ def test_single_variant_is_one_attempt():
     env = ragen.make_env("metamathqa-single")
     env.reset(seed=4)
     obs, reward, term, trunc, info = env.step("-1")
-    assert (obs, reward, term, trunc, info["success"]) == (NO_ATTEMPTS_LEFT, 0.0, True, False, False)  # the one answer ends the task
+    assert (obs, reward, term, trunc, info["success"]) == (
+        NO_ATTEMPTS_LEFT,
+        0.0,
+        True,
+        False,
+        False,
+    )  # the one answer ends the task
     env.reset(seed=4)
     assert env.step(env.task.gold)[1:4] == (1.0, True, False)
     assert "1 attempt" in env.instructions and "again" not in env.instructions
@@ -521,7 +527,11 @@ def test_unparsed_or_empty_answer_in_the_core_uses_a_turn_not_an_attempt():
 def test_instructions_follow_live_config():
     env = ragen.make_env("metamathqa")
     assert env.instructions.startswith("You are solving math problems.")
-    assert "<answer>72</answer>" in env.instructions and "1, 0.5, 0.25" in env.instructions and INCORRECT in env.instructions
+    assert (
+        "<answer>72</answer>" in env.instructions
+        and "1, 0.5, 0.25" in env.instructions
+        and INCORRECT in env.instructions
+    )
     four = ragen.make_env("metamathqa", max_attempts=4, max_turns=4, max_actions_per_episode=4)
     assert "1, 0.5, 0.25, 0.125" in four.instructions and "You have 4 attempts" in four.instructions
     env.close()

@@ -30,9 +30,8 @@ from urllib.parse import urlparse, urlunparse
 
 import attrs
 
-from ragen import ConfigError, Env, EnvConfig, EnvError, option
+from ragen import TOKEN_ENV, ConfigError, Env, EnvConfig, EnvError, option
 
-TOKEN_ENV = "RAGEN_ENV_TOKEN"
 #: field names preferred when a schema has several text fields (first match wins)
 ACTION_FIELDS = ("action", "message", "text", "command", "content", "code", "answer")
 OBSERVATION_FIELDS = ("text", "observation", "prompt", "message", "content", "output", "state", "stdout")
@@ -71,10 +70,12 @@ class OpenEnvConfig(EnvConfig):
     instructions: str = option("", "Task text of the system prompt; empty: the reset observation's `instructions` "
                                    "field when the server sends one, else the server's /metadata description.")
     action_names: Any = option("", "Valid actions, comma-separated or a list (a case-insensitive match is enforced and "
-                                   "listed in the prompt); empty: the reset observation's `action_names`, else free text.",
+                                   "listed in the prompt); empty: the reset observation's `action_names`, else free "
+                                   "text.",
                                converter=_names)
     action_separator: str = option("auto", "Separator between several actions in one answer; 'auto': the reset "
-                                           "observation's `action_separator` when sent, else '||'; 'none': one per turn.")
+                                           "observation's `action_separator` when sent, else '||'; 'none': one per "
+                                           "turn.")
     success_key: str = option("success", "Observation field (or metadata key) that is true when the episode is won; "
                                          "absent: never a success.")
     procedural: bool = option(False, "Different seeds give different initial observations (check-env then demands it).")
@@ -82,7 +83,8 @@ class OpenEnvConfig(EnvConfig):
                                     "never see them: OpenEnv passes only the arguments reset() declares).")
     timeout_s: float = option(60.0, "Seconds to connect and per message; a server silent for longer fails the episode.",
                               validator=attrs.validators.gt(0))
-    allow_unreachable: bool = option(True, "The served env's own rules decide what is solvable; any budget is accepted.")
+    allow_unreachable: bool = option(True, "The served env's own rules decide what is solvable; any budget is "
+                                           "accepted.")
 
 
 def _is_loopback(host: str) -> bool:
@@ -104,7 +106,8 @@ def endpoints(url: str) -> tuple[str, str]:
     path = parsed.path.rstrip("/")
     if path.endswith("/ws"):
         path = path[:-3]
-    return (urlunparse((http, parsed.netloc, path, "", "", "")), urlunparse((ws, parsed.netloc, path + "/ws", "", "", "")))
+    return (urlunparse((http, parsed.netloc, path, "", "", "")),
+            urlunparse((ws, parsed.netloc, path + "/ws", "", "", "")))
 
 
 def _is_text(prop: Any) -> bool:
@@ -116,7 +119,8 @@ def _is_text(prop: Any) -> bool:
 
 
 def pick_field(schema: dict, preferred: tuple[str, ...], what: str) -> str:
-    """The property of ``schema`` that carries text: the only string one (required ones first), else a preferred name."""
+    """The property of ``schema`` that carries text: the only string one (required ones first), else a preferred
+    name."""
     props = schema.get("properties") or {}
     skip = {"metadata", "reward", "done"}
     texts = [k for k, v in props.items() if k not in skip and _is_text(v)]
@@ -165,7 +169,8 @@ class Connection:
             raw = self.ws.recv(timeout=self.timeout)
         except TimeoutError:
             self.close()
-            raise OpenEnvError(f"lost the OpenEnv server at {self.where}: no answer within {self.timeout:g} s") from None
+            raise OpenEnvError(f"lost the OpenEnv server at {self.where}: no answer within {self.timeout:g} s"
+                               ) from None
         except Exception as exc:  # ConnectionClosed, OSError
             self.close()
             raise OpenEnvError(f"lost the OpenEnv server at {self.where}: {_why(exc)}") from None
@@ -261,7 +266,8 @@ class OpenEnvEnv(Env):
         schema = get_json(self.http_base, "/schema", self.token, cfg.timeout_s)
         if not (isinstance(schema, dict) and isinstance(schema.get("action"), dict)
                 and isinstance(schema.get("observation"), dict)):
-            raise ConfigError(f"env.options.url: {self.http_base}/schema is not an OpenEnv schema (no action/observation)")
+            raise ConfigError(f"env.options.url: {self.http_base}/schema is not an OpenEnv schema "
+                              "(no action/observation)")
         self.schema = schema
         self.action_field = cfg.action_field or pick_field(schema["action"], ACTION_FIELDS, "action")
         self.observation_field = cfg.observation_field or pick_field(schema["observation"], OBSERVATION_FIELDS,
@@ -296,7 +302,8 @@ class OpenEnvEnv(Env):
         else:
             self.action_separator = None if sep.lower() in ("none", "") else sep
         legend = sent.get("symbol_legend")
-        self.symbol_legend = {str(k): str(v) for k, v in legend.items()} if isinstance(legend, dict) and legend else None
+        self.symbol_legend = ({str(k): str(v) for k, v in legend.items()} if isinstance(legend, dict) and legend
+                              else None)
 
     # ---- the contract ------------------------------------------------------------------------------------------
     def _reset(self, seed: int, options: dict) -> tuple[str, dict]:

@@ -87,8 +87,22 @@ class _Server:
 
     def _start(self) -> None:
         log = open(self.workdir / "server.log", "ab")  # noqa: SIM115 (the child holds it; closed below)
-        cmd = [sys.executable, "-m", "ragen_searchqa.server", "--corpus", str(self.corpus), "--host", "127.0.0.1",
-               "--port", "0", "--title-weight", str(self.title_weight), "--watch-stdin", "--owned-dir", str(self.workdir)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ragen_searchqa.server",
+            "--corpus",
+            str(self.corpus),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--title-weight",
+            str(self.title_weight),
+            "--watch-stdin",
+            "--owned-dir",
+            str(self.workdir),
+        ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         log.close()
@@ -103,7 +117,9 @@ class _Server:
 
     def _fail(self, why: str) -> RetrieverError:
         tail = (self.workdir / "server.log").read_text(errors="replace").strip().splitlines()[-3:]
-        return RetrieverError(f"retrieval server for {self.key}: {why}" + (f" (log: {' | '.join(tail)})" if tail else ""))
+        return RetrieverError(
+            f"retrieval server for {self.key}: {why}" + (f" (log: {' | '.join(tail)})" if tail else "")
+        )
 
     def _read_ready_line(self) -> dict:
         deadline = time.monotonic() + self.start_timeout

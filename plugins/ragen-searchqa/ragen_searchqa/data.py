@@ -102,7 +102,9 @@ def read_corpus(path: str | Path) -> list[Doc]:
                     row = json.loads(line)
                     doc = Doc(str(row["id"]), str(row.get("title", "")), str(row.get("text", "")))
                 except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise DataError(f"corpus_file: {path}:{lineno}: expected {{id, title, text}} JSON ({exc})") from None
+                    raise DataError(
+                        f"corpus_file: {path}:{lineno}: expected {{id, title, text}} JSON ({exc})"
+                    ) from None
                 if doc.id in seen:
                     raise DataError(f"corpus_file: {path}:{lineno}: duplicate id {doc.id!r}")
                 seen.add(doc.id)

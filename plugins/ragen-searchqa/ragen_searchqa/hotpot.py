@@ -66,7 +66,9 @@ def _load_file(path: str, mtime_ns: int, val_size: int | None) -> Dataset:
         raise ConfigError(f"hotpot_file: {path} is not JSON ({exc})") from None
     if not isinstance(records, list):
         raise ConfigError(f"hotpot_file: {path} must hold a JSON list of HotpotQA records")
-    return records_to_dataset(records, f"hotpot/{path}@{mtime_ns}", f"hotpot/{Path(path).stem}", val_size, f"hotpot_file: {path}")
+    return records_to_dataset(
+        records, f"hotpot/{path}@{mtime_ns}", f"hotpot/{Path(path).stem}", val_size, f"hotpot_file: {path}"
+    )
 
 
 def load_hotpot_file(path: str | None, val_size: int | None = None) -> Dataset:
@@ -106,7 +108,9 @@ def download_parquet(repo: str, config: str, split: str) -> list[Path]:
         root = Path(snapshot_download(repo_id=repo, repo_type="dataset", allow_patterns=patterns))
     except Exception as exc:  # offline mode, no network, unknown repo: all end the same way
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-        raise _unavailable(repo, ("HF_HUB_OFFLINE is set and it is not cached; " if offline else "") + _one_line(exc)) from None
+        raise _unavailable(
+            repo, ("HF_HUB_OFFLINE is set and it is not cached; " if offline else "") + _one_line(exc)
+        ) from None
     files = sorted({p for pattern in patterns for p in root.glob(pattern)})
     if not files:
         raise _unavailable(repo, f"no parquet files matching {' or '.join(patterns)}")
@@ -118,7 +122,9 @@ def read_parquet_records(files: list[Path], limit: int) -> list[dict]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise DatasetUnavailableError("searchqa-hf: reading parquet needs pyarrow: pip install 'ragen-searchqa[hf]'") from None
+        raise DatasetUnavailableError(
+            "searchqa-hf: reading parquet needs pyarrow: pip install 'ragen-searchqa[hf]'"
+        ) from None
     records: list[dict] = []
     for path in files:
         names = pq.ParquetFile(path).schema_arrow.names
@@ -130,7 +136,9 @@ def read_parquet_records(files: list[Path], limit: int) -> list[dict]:
 
 
 @lru_cache(maxsize=2)
-def load_hf(repo: str = HF_DATASET, config: str = "distractor", limit: int = 20_000, val_size: int | None = None) -> Dataset:
+def load_hf(
+    repo: str = HF_DATASET, config: str = "distractor", limit: int = 20_000, val_size: int | None = None
+) -> Dataset:
     """The first ``limit`` train questions of HF ``hotpot_qa`` (RAGEN: 20,000), split like a single file."""
     records = read_parquet_records(download_parquet(repo, config, "train"), limit)
     return records_to_dataset(records, f"hf/{repo}/{config}/{limit}", f"hf/{config}", val_size, f"{repo} ({config})")

@@ -39,8 +39,16 @@ _CODAS = ("k", "x", "th", "rn", "nd", "rk", "lt", "m", "n", "sk", "rv")
 
 _REGIONS = ("the northern hemisphere", "the southern hemisphere", "the eastern archipelago", "the western plains",
             "the central highlands", "the polar north")
-_CITY_FEATURES = ("its old harbour", "its textile markets", "its university", "its stone bridges", "its spring festival",
-                  "its glassworks", "its botanical garden", "its railway museum")
+_CITY_FEATURES = (
+    "its old harbour",
+    "its textile markets",
+    "its university",
+    "its stone bridges",
+    "its spring festival",
+    "its glassworks",
+    "its botanical garden",
+    "its railway museum",
+)
 _PROFESSIONS = {
     "director": ("film director", "filmmaker"),
     "author": ("novelist", "writer"),
@@ -50,9 +58,30 @@ _PROFESSIONS = {
 _TRAITS = ("is known for a quiet and methodical style", "often speaks about the value of patience",
            "spent several years travelling before settling down", "has received many awards over a long career",
            "is admired by colleagues for careful preparation", "taught for a decade before becoming famous")
-_INDUSTRIES = ("shipping", "software", "textile", "energy", "food", "publishing", "robotics", "mining", "pharmaceutical",
-               "aviation")
-_COMPANY_SUFFIXES = ("Industries", "Systems", "Labs", "Holdings", "Motors", "Foods", "Group", "Works", "Energy", "Media")
+_INDUSTRIES = (
+    "shipping",
+    "software",
+    "textile",
+    "energy",
+    "food",
+    "publishing",
+    "robotics",
+    "mining",
+    "pharmaceutical",
+    "aviation",
+)
+_COMPANY_SUFFIXES = (
+    "Industries",
+    "Systems",
+    "Labs",
+    "Holdings",
+    "Motors",
+    "Foods",
+    "Group",
+    "Works",
+    "Energy",
+    "Media",
+)
 _FILM_GENRES = ("drama", "comedy", "thriller", "science fiction", "documentary", "war", "romance", "horror")
 _BOOK_GENRES = ("historical", "crime", "fantasy", "mystery", "adventure", "satirical", "romantic", "science fiction")
 _TITLE_NOUNS = ("Harbor", "Night", "Crown", "River", "Garden", "Winter", "Mirror", "Lantern", "Storm", "Bridge",
@@ -172,7 +201,9 @@ class _Builder:
         countries = [self.names.word() for _ in range(self.sizes["country"])]
         cities = [self.names.word() for _ in range(self.sizes["city"])]
         # every country gets at least one city (its capital); the rest are spread at random
-        city_country = {c: countries[i] if i < len(countries) else self._choice(countries) for i, c in enumerate(cities)}
+        city_country = {
+            c: countries[i] if i < len(countries) else self._choice(countries) for i, c in enumerate(cities)
+        }
         for i, country in enumerate(countries):
             capital = cities[i]
             self.docs.append(Doc(f"country{i:04d}", country, (
@@ -195,8 +226,15 @@ class _Builder:
 
     def _company(self, i: int, founder: Person, cities: list[str]) -> Company:
         name = f"{self.names.word()} {self._choice(_COMPANY_SUFFIXES)}"
-        company = Company(f"company{i:04d}", name, self._choice(_INDUSTRIES), founder,
-                          min(2020, founder.birth_year + self._int(20, 55)), self._choice(cities), self._int(1, 400) * 100)
+        company = Company(
+            f"company{i:04d}",
+            name,
+            self._choice(_INDUSTRIES),
+            founder,
+            min(2020, founder.birth_year + self._int(20, 55)),
+            self._choice(cities),
+            self._int(1, 400) * 100,
+        )
         self.docs.append(Doc(company.id, name, (
             f"{name} is {_a(company.industry)} company founded by {founder.name} in {company.year}. "
             f"It is headquartered in {company.city}. The company employs about {company.employees:,} people.")))
@@ -229,7 +267,7 @@ class _Builder:
             f"It has {self._int(8, 60)} chapters.")))
         return title, author
 
-    # ---- questions ----------------------------------------------------------------------------------------------------
+    # ---- questions ---------------------------------------------------------------------------------------------------
     def _questions(self, city_country, companies, films, books) -> list[Question]:
         qs: list[Question] = []
         for i, (film, d) in enumerate(films):

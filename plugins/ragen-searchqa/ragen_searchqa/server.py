@@ -119,7 +119,9 @@ class RetrievalHandler(BaseHTTPRequestHandler):
         return self.rfile.read(n)
 
     def _method_not_allowed(self, allow: str) -> None:
-        self._json(405, {"error": f"method {self.command} not allowed on {self.path}; allowed: {allow}"}, {"Allow": allow})
+        self._json(
+            405, {"error": f"method {self.command} not allowed on {self.path}; allowed: {allow}"}, {"Allow": allow}
+        )
 
     def _json(self, status: int, payload: dict, headers: dict | None = None) -> None:
         data = json.dumps(payload, ensure_ascii=False).encode("utf-8")

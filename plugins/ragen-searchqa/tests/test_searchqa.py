@@ -71,7 +71,9 @@ def thread_server():
 def post(url, body, headers=None, timeout=10):
     """(status, parsed JSON body) of a POST with a raw body."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        url, data=data, method="POST", headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())
@@ -302,9 +304,16 @@ def test_hotpot_file_corpus():
 @needs_hotpot
 def test_hotpot_original_layout_gives_the_same_dataset():
     records = json.loads(HOTPOT.read_text())
-    original = [{**r,
-                 "supporting_facts": [[t, s] for t, s in zip(r["supporting_facts"]["title"], r["supporting_facts"]["sent_id"])],
-                 "context": [[t, s] for t, s in zip(r["context"]["title"], r["context"]["sentences"])]} for r in records]
+    original = [
+        {
+            **r,
+            "supporting_facts": [
+                [t, s] for t, s in zip(r["supporting_facts"]["title"], r["supporting_facts"]["sent_id"])
+            ],
+            "context": [[t, s] for t, s in zip(r["context"]["title"], r["context"]["sentences"])],
+        }
+        for r in records
+    ]
     a = records_to_dataset(records, "k", "n", None, "x")
     b = records_to_dataset(original, "k", "n", None, "x")
     assert a == b
@@ -348,7 +357,9 @@ def test_hf_offline_is_a_clear_error(monkeypatch):
     assert "\n" not in message and issubclass(DatasetUnavailableError, ragen.RagenError)
     assert message.startswith("searchqa-hf: the Hugging Face dataset hotpotqa/not-a-cached-dataset cannot be loaded "
                               "(HF_HUB_OFFLINE is set and it is not cached; ")
-    assert message.endswith("use the offline variants 'searchqa' (procedural KB) or 'searchqa-hotpot' with hotpot_file=PATH")
+    assert message.endswith(
+        "use the offline variants 'searchqa' (procedural KB) or 'searchqa-hotpot' with hotpot_file=PATH"
+    )
 
 
 def test_hf_offline_cli_prints_one_line():
@@ -532,8 +543,10 @@ def test_title_field_weighting():
     import bm25s
     import numpy as np
 
-    docs = [Doc("a", "Roald Dahl", "Roald Dahl was a British novelist, short story writer, poet and screenwriter."),
-            Doc("b", "The Best of Roald Dahl", "The Best of Roald Dahl is a collection of short stories by Roald Dahl.")]
+    docs = [
+        Doc("a", "Roald Dahl", "Roald Dahl was a British novelist, short story writer, poet and screenwriter."),
+        Doc("b", "The Best of Roald Dahl", "The Best of Roald Dahl is a collection of short stories by Roald Dahl."),
+    ]
     docs += [Doc(f"f{i}", f"Filler {i}", f"unrelated text about topic{i} and more words") for i in range(20)]
     s0, s1, s2 = (BM25Index(docs, title_weight=w).scores("Roald Dahl") for w in (0, 1, 2))
     direct = bm25s.BM25(method="lucene", k1=1.5, b=0.75)

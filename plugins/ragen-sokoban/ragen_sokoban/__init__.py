@@ -13,7 +13,10 @@ VOCAB = ("W", ".", "G", "C", "B", "A", "@")
 #: variant -> (config defaults, description)
 VARIANTS: dict[str, tuple[dict, str]] = {
     "sokoban": ({**BUDGET, "max_tokens": 120}, "6x6, 1 box, grid_coord (RAGEN CoordSokoban)"),
-    "sokoban-grid": ({**BUDGET, "max_tokens": 100, "observation_format": "grid"}, "6x6, 1 box, grid (RAGEN SimpleSokoban)"),
+    "sokoban-grid": (
+        {**BUDGET, "max_tokens": 100, "observation_format": "grid"},
+        "6x6, 1 box, grid (RAGEN SimpleSokoban)",
+    ),
     "sokoban-large": (
         {**BUDGET, "max_tokens": 120, "dim_room": (8, 8), "num_boxes": 2, "search_depth": 10},
         "8x8, 2 boxes, search depth 10, grid_coord (RAGEN LargerSokoban)",
@@ -23,8 +26,17 @@ VARIANTS: dict[str, tuple[dict, str]] = {
         "6x6, 1 box, grid with symbols W . G C B A @ and a matching legend (RAGEN SokobanDifferentGridVocab)",
     ),
     "sokoban-boxoban": (
-        {"max_turns": 20, "max_actions_per_turn": 5, "max_actions_per_episode": 100, "max_tokens": 200, "max_steps": 200,
-         "dim_room": (10, 10), "num_boxes": 4, "observation_format": "grid", "level_source": "boxoban"},
+        {
+            "max_turns": 20,
+            "max_actions_per_turn": 5,
+            "max_actions_per_episode": 100,
+            "max_tokens": 200,
+            "max_steps": 200,
+            "dim_room": (10, 10),
+            "num_boxes": 4,
+            "observation_format": "grid",
+            "level_source": "boxoban",
+        },
         "Boxoban 10x10, 4 boxes, levels from files (set boxoban_files), 20 x 5 actions",
     ),
 }

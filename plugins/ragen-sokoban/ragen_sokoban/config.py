@@ -35,7 +35,8 @@ class SokobanConfig(EnvConfig):
     dim_room: tuple[int, int] = option((6, 6), "Room rows x cols, border walls included (RAGEN: 6x6).", converter=_pair)
     num_boxes: int = option(1, "Boxes (and targets) per generated level (RAGEN's training setting: 1).")
     search_depth: int = option(
-        300, "RAGEN's reverse-play depth (its ttl): scrambled states are at most search_depth - 2 moves deep (RAGEN: 300)."
+        300,
+        "RAGEN's reverse-play depth (its ttl): scrambled states are at most search_depth - 2 moves deep (RAGEN: 300).",
     )
     min_pushes: int = option(1, "Reject generated levels whose optimal solution has fewer pushes.")
     max_steps: int = option(100, "Env steps (executed actions) before `truncated` (gym-sokoban: 100).")
@@ -51,7 +52,9 @@ class SokobanConfig(EnvConfig):
     coord_walls: bool = option(False, "List the interior walls in coordinate observations (RAGEN omits them).")
     player_displacement: bool = option(True, "RAGEN's random walk of the player (up to 3 steps) after reverse play.")
     reject_over_budget: bool = option(
-        True, "Reject generated levels whose move-optimal solution is longer than the episode budget (False: RAGEN's levels)."
+        True,
+        "Reject generated levels whose move-optimal solution is longer than the episode budget "
+        "(False: RAGEN's levels).",
     )
     allow_box_on_target: bool = option(
         False, "Let reverse play end with a box on a target (RAGEN never does; True gives easier multi-box levels)."
@@ -75,7 +78,9 @@ class SokobanConfig(EnvConfig):
             if getattr(self, key) < 1:
                 raise ConfigError(f"{key}: must be >= 1, got {getattr(self, key)}")
         if self.search_depth < 3:
-            raise ConfigError(f"search_depth: must be >= 3 (reverse play reaches search_depth - 2 moves), got {self.search_depth}")
+            raise ConfigError(
+                f"search_depth: must be >= 3 (reverse play reaches search_depth - 2 moves), got {self.search_depth}"
+            )
         if self.min_pushes < 0:
             raise ConfigError(f"min_pushes: must be >= 0, got {self.min_pushes}")
         if self.level_source == "procedural" and self.num_boxes + 1 > (self.dim_room[0] - 2) * (self.dim_room[1] - 2):

@@ -1,4 +1,5 @@
-"""The Sokoban env (environments.md §2): gym-sokoban dynamics and rewards, RAGEN's text observations, move-optimal expert."""
+"""The Sokoban env (environments.md §2): gym-sokoban dynamics and rewards, RAGEN's text observations, move-optimal
+expert."""
 
 from __future__ import annotations
 
@@ -129,7 +130,9 @@ class SokobanEnv(Env):
         self._levels = load_levels(cfg.boxoban_files) if cfg.level_source == "boxoban" else ()  # fails early
         self.procedural = cfg.level_source == "procedural"
         self.action_names = list(MOVES)
-        self.symbol_legend = dict(zip(cfg.grid_vocab, MEANINGS, strict=True)) if cfg.observation_format != "coord" else None
+        self.symbol_legend = (
+            dict(zip(cfg.grid_vocab, MEANINGS, strict=True)) if cfg.observation_format != "coord" else None
+        )
         self.expert = SokobanExpert()
         self.board: Board | None = None
         self.boxes: frozenset[int] = frozenset()

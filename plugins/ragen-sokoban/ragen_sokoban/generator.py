@@ -367,8 +367,17 @@ def displace_player(draws: Draws, lay: Layout, boxes: tuple[int, ...], player: i
     return player
 
 
-def generate(seed: int, rows: int = 6, cols: int = 6, num_boxes: int = 1, search_depth: int = 300, min_pushes: int = 1,
-             max_moves: int | None = None, player_displacement: bool = True, allow_box_on_target: bool = False) -> Level:
+def generate(
+    seed: int,
+    rows: int = 6,
+    cols: int = 6,
+    num_boxes: int = 1,
+    search_depth: int = 300,
+    min_pushes: int = 1,
+    max_moves: int | None = None,
+    player_displacement: bool = True,
+    allow_box_on_target: bool = False,
+) -> Level:
     """A BFS-verified level for ``seed``: the first candidate (``candidates``) with a solution of at most
     ``max_moves`` moves (None: any solution) and at least ``min_pushes`` optimal pushes."""
     if num_boxes == 1 and max_moves is not None and rows * cols <= 256:

@@ -173,7 +173,9 @@ def _unwind(board: Board, parents: dict, key: tuple) -> tuple[int, list[str]]:
     return len(pushes), moves
 
 
-def solve_moves(board: Board, player: int, boxes, max_moves: int | None = None, limit: int = STATE_LIMIT) -> list[str] | None:
+def solve_moves(
+    board: Board, player: int, boxes, max_moves: int | None = None, limit: int = STATE_LIMIT
+) -> list[str] | None:
     """A shortest move sequence (walks and pushes each count one move) that puts every box on a target; None when
     there is none of at most ``max_moves`` moves (None: any length). Raises ``SearchLimit`` past ``limit`` states."""
     return search_moves(board.tables, player, _mask(boxes), max_moves, limit)
@@ -289,7 +291,9 @@ def _unwind_moves(parent: dict, key: int) -> list[str]:
     return moves[::-1]
 
 
-def optimal_first_moves(board: Board, player: int, boxes, limit: int = STATE_LIMIT) -> tuple[int, frozenset[str]] | None:
+def optimal_first_moves(
+    board: Board, player: int, boxes, limit: int = STATE_LIMIT
+) -> tuple[int, frozenset[str]] | None:
     """``(fewest moves to solve, every move that starts a shortest solution)`` from a state; None when it is
     unsolvable. Raises ``SearchLimit`` past ``limit`` states. Same BFS as ``search_moves`` (same pruning), but each
     state carries the set of first moves that reach it in the fewest moves, and the layer of the first solved state

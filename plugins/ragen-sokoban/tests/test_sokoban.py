@@ -29,7 +29,9 @@ from ragen.envs.prompt import system_prompt
 from ragen.testing import check_env
 
 BOXOBAN = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "boxoban"
-needs_boxoban = pytest.mark.skipif(not (BOXOBAN / "hard_000.txt").is_file(), reason=f"Boxoban test data not at {BOXOBAN}")
+needs_boxoban = pytest.mark.skipif(
+    not (BOXOBAN / "hard_000.txt").is_file(), reason=f"Boxoban test data not at {BOXOBAN}"
+)
 
 #: a room from text: # wall, _ floor, O target, √ box on target, X box, P player, S player on target
 CODE = {"#": 0, "_": 1, "O": 2, "√": 3, "X": 4, "P": 5, "S": 6}
@@ -203,11 +205,15 @@ def test_move_solver_on_hand_built_levels():
 
 
 def test_solver_push_count_is_optimal():
-    for seed, (rows, cols, boxes, depth) in [(s, (6, 6, 1, 300)) for s in range(60)] + [(s, (8, 8, 2, 10)) for s in range(20)]:
+    for seed, (rows, cols, boxes, depth) in [(s, (6, 6, 1, 300)) for s in range(60)] + [
+        (s, (8, 8, 2, 10)) for s in range(20)
+    ]:
         level = generate(seed, rows, cols, boxes, depth)
         board = Board(level.room)
         player = next(r * cols + c for r, row in enumerate(level.room) for c, x in enumerate(row) if x in (5, 6))
-        box_cells = frozenset(r * cols + c for r, row in enumerate(level.room) for c, x in enumerate(row) if x in (3, 4))
+        box_cells = frozenset(
+            r * cols + c for r, row in enumerate(level.room) for c, x in enumerate(row) if x in (3, 4)
+        )
         assert level.optimal_pushes() == fewest_pushes(board, player, box_cells), seed
 
 

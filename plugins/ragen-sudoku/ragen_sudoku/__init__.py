@@ -4,7 +4,16 @@ from ragen import hookimpl, register_variants
 from ragen_sudoku.env import SolutionExpert, SudokuConfig, SudokuEnv
 from ragen_sudoku.generator import HOLES, Puzzle, generate_puzzle
 
-__all__ = ["HOLES", "Puzzle", "SolutionExpert", "SudokuConfig", "SudokuEnv", "VARIANTS", "generate_puzzle", "register_envs"]
+__all__ = [
+    "HOLES",
+    "Puzzle",
+    "SolutionExpert",
+    "SudokuConfig",
+    "SudokuEnv",
+    "VARIANTS",
+    "generate_puzzle",
+    "register_envs",
+]
 
 #: variant name -> (config defaults, one-line description). Budgets allow one placement per hole (spec 6 FIX).
 VARIANTS = {

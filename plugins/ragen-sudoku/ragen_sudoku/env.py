@@ -52,7 +52,9 @@ class SudokuConfig(EnvConfig):
     max_fills: int = option(
         20, "Full grids the generator digs before accepting the most holes it reached (reported as info.holes)."
     )
-    max_steps: int | None = option(None, "Moves after which the env truncates the episode; None = max_actions_per_episode.")
+    max_steps: int | None = option(
+        None, "Moves after which the env truncates the episode; None = max_actions_per_episode."
+    )
     apply_conflicts: bool = option(
         False, "Write rule-breaking digits on the board (shown *d*) instead of rejecting them (RAGEN: rejected). "
         "Either way they earn the penalty."
@@ -295,7 +297,13 @@ class SudokuEnv(Env):
         previous = self.board[i]
         correct = move.digit == self.puzzle.solution[i]
         if previous == move.digit:
-            return 0.0, f"no change: {move.digit} is already at row {move.row + 1} col {move.col + 1} (+0.0)", True, False, False
+            return (
+                0.0,
+                f"no change: {move.digit} is already at row {move.row + 1} col {move.col + 1} (+0.0)",
+                True,
+                False,
+                False,
+            )
         rw = self.rewards
         base = (rw.correct if correct else rw.legal) if previous == 0 else (rw.rewrite_correct if correct else 0.0)
         reward = min(base, rw.correct - self.earned[i])  # one cell earns at most rw.correct in total
@@ -329,7 +337,9 @@ class SudokuEnv(Env):
             ))
         empty = [i for i, v in enumerate(board) if not v]
         if 0 < len(empty) <= CANDIDATES_BELOW:
-            lines.append("Candidates: " + "; ".join(f"{_cell_name(i, size)}: {_digits(candidates(board, i))}" for i in empty))
+            lines.append(
+                "Candidates: " + "; ".join(f"{_cell_name(i, size)}: {_digits(candidates(board, i))}" for i in empty)
+            )
         given = sum(self.fixed)
         filled = size * size - len(empty)
         lines.append(

@@ -59,7 +59,11 @@ def valid_full_grid(grid):
     n = round(len(grid) ** 0.5)
     br, bc = _box(n)
     units = [[r * n + c for c in range(n)] for r in range(n)] + [[r * n + c for r in range(n)] for c in range(n)]
-    units += [[(r0 + a) * n + c0 + b for a in range(br) for b in range(bc)] for r0 in range(0, n, br) for c0 in range(0, n, bc)]
+    units += [
+        [(r0 + a) * n + c0 + b for a in range(br) for b in range(bc)]
+        for r0 in range(0, n, br)
+        for c0 in range(0, n, bc)
+    ]
     return all(sorted(grid[i] for i in u) == list(range(1, n + 1)) for u in units)
 
 
@@ -80,7 +84,12 @@ def test_variants_registered_with_budget():
     assert all(listed.get(name) == "ragen-sudoku" for name in VARIANTS)
     small, big = ragen.make_env("sudoku-4x4").config, ragen.make_env("sudoku-9x9").config
     assert (small.size, small.difficulty, small.target_holes) == (4, "easy", 6)
-    assert (small.max_turns, small.max_actions_per_turn, small.max_actions_per_episode, small.max_tokens) == (4, 3, 12, 150)
+    assert (small.max_turns, small.max_actions_per_turn, small.max_actions_per_episode, small.max_tokens) == (
+        4,
+        3,
+        12,
+        150,
+    )
     assert (big.size, big.difficulty, big.target_holes) == (9, "easy", 32)
     assert (big.max_turns, big.max_actions_per_turn, big.max_actions_per_episode, big.max_tokens) == (10, 5, 50, 200)
     assert small.step_limit == 12 and big.step_limit == 50
@@ -204,8 +213,25 @@ def test_action_formats(text, move):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "place", "place 3", "place 3 at row 2", "2,4", "2,4,3,1", "5,1,1", "1,1,5", "0,1,1", "place 0 at row 1 col 1",
-     "place 3 at row 5 col 1", "(2,4,3", "row 2 col 4 = 3", "put 3 at 2,4", "2;4;3", "place -1 at row 1 col 1", "٣,1,1"],
+    [
+        "",
+        "place",
+        "place 3",
+        "place 3 at row 2",
+        "2,4",
+        "2,4,3,1",
+        "5,1,1",
+        "1,1,5",
+        "0,1,1",
+        "place 0 at row 1 col 1",
+        "place 3 at row 5 col 1",
+        "(2,4,3",
+        "row 2 col 4 = 3",
+        "put 3 at 2,4",
+        "2;4;3",
+        "place -1 at row 1 col 1",
+        "٣,1,1",
+    ],
 )
 def test_unreadable_or_out_of_range_moves(text):
     assert parse_move(text, 4) is None
@@ -246,7 +272,10 @@ def test_render_9x9_layout():
 def test_ragen_render_modes():
     board = [1, 0, 0, 4, 0, 4, 1, 0, 4, 0, 0, 1, 0, 1, 4, 0]
     assert ragen_text(board) == "| 1 . . 4 | . 4 1 . | 4 . . 1 | . 1 4 . "
-    assert empty_positions_line(board) == "\nEmpty positions to be filled are at (1,2), (1,3), (2,1), (2,4), (3,2), (3,3), (4,1), (4,4)."
+    assert (
+        empty_positions_line(board)
+        == "\nEmpty positions to be filled are at (1,2), (1,3), (2,1), (2,4), (3,2), (3,3), (4,1), (4,4)."
+    )
     assert empty_positions_line([1] * 15 + [0]) == "\nEmpty position to be filled is at (4,4)."
     assert empty_positions_line([1] * 16) == "\nNo empty positions found (board might be complete)."
     cfg = ragen.make_env("sudoku-4x4").config
@@ -258,7 +287,10 @@ def test_ragen_render_modes():
         env = ragen.make_env("sudoku-4x4", observation_format=fmt)
         obs, _ = env.reset(seed=5)
         assert ("Empty positions" in obs) == (fmt == "text_with_coordinates") and "Progress" not in obs
-        assert env.symbol_legend == {"d": "digit (given or placed)", ".": "empty cell"} and "feedback" not in env.instructions
+        assert (
+            env.symbol_legend == {"d": "digit (given or placed)", ".": "empty cell"}
+            and "feedback" not in env.instructions
+        )
         obs = env.step(env.expert.next_actions(env, 1)[0])[0]
         assert "Last action" not in obs and (fmt != "board" or "Step: 1/12" in obs)
     with pytest.raises(ragen.ConfigError, match="observation_format"):
@@ -360,7 +392,9 @@ def test_observation_lines():
         obs = env.step(env.expert.next_actions(env, 1)[0])[0]
     empty = [i for i, v in enumerate(env.board) if not v]
     line = next(x for x in obs.splitlines() if x.startswith("Candidates: "))
-    assert line.count(";") == len(empty) - 1 and line.startswith(f"Candidates: r{empty[0] // 9 + 1}c{empty[0] % 9 + 1}: ")
+    assert line.count(";") == len(empty) - 1 and line.startswith(
+        f"Candidates: r{empty[0] // 9 + 1}c{empty[0] % 9 + 1}: "
+    )
     assert f"Steps: {env.steps}/50." in obs and f"({49} given, {81 - 49 - len(empty)} placed)" in obs
 
 

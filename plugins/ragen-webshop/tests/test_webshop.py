@@ -39,7 +39,7 @@ VARIANTS = ["webshop", "webshop-items"]
 NO_SPEC_WARNING = "ignore:.*alternative render modes:UserWarning"
 
 
-# ---- shared fixtures --------------------------------------------------------------------------------------------------
+# ---- shared fixtures -------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def catalogue():
     return generate_catalogue(0, 1000, 4)
@@ -81,7 +81,9 @@ def test_variants_registered_with_budget():
     assert all(listed.get(name) == "ragen-webshop" for name in VARIANTS)
     fields = ragen.env_config_fields("webshop-items")
     assert {"catalogue_seed", "items_file", "instructions_file", "hints", "binarize", "server_url"} <= set(fields)
-    assert fields["source"][0] == "items" and fields["num_products"][0] is None and all(doc for _, doc in fields.values())
+    assert (
+        fields["source"][0] == "items" and fields["num_products"][0] is None and all(doc for _, doc in fields.values())
+    )
 
 
 def test_default_variant_budget(shop_env):
@@ -115,7 +117,7 @@ def test_items_variant_needs_files(tmp_path):
         ragen.make_env("webshop-items", items_file=str(tmp_path / "nope.json"), instructions_file=str(tmp_path / "x"))
 
 
-# ---- the generated catalogue ------------------------------------------------------------------------------------------
+# ---- the generated catalogue -----------------------------------------------------------------------------------------
 def test_catalogue_is_seeded(catalogue):
     again = generate_catalogue(0, 1000, 4)
     assert again.products == catalogue.products and again.goals == catalogue.goals
@@ -182,32 +184,46 @@ def test_every_type_name_has_nouns(catalogue):
 
 # ---- the reward, by hand --------------------------------------------------------------------------------------------
 SHAMPOO = {
-    "asin": "B000000001", "Title": "Acme Classic Shampoo, Sulfate Free", "name": "shampoo", "query": "shampoo",
-    "category": "beauty", "product_category": "Beauty & Personal Care › Hair Care › Shampoos",
-    "BulletPoints": ["PARABEN FREE: gentle on the scalp"], "Description": "A shampoo for dry hair.",
-    "Attributes": ["sulfate free", "cruelty free"], "options": {"size": ["8 fl oz", "16 fl oz"], "scent": ["lavender", "coconut"]},
+    "asin": "B000000001",
+    "Title": "Acme Classic Shampoo, Sulfate Free",
+    "name": "shampoo",
+    "query": "shampoo",
+    "category": "beauty",
+    "product_category": "Beauty & Personal Care › Hair Care › Shampoos",
+    "BulletPoints": ["PARABEN FREE: gentle on the scalp"],
+    "Description": "A shampoo for dry hair.",
+    "Attributes": ["sulfate free", "cruelty free"],
+    "options": {"size": ["8 fl oz", "16 fl oz"], "scent": ["lavender", "coconut"]},
 }
 GOAL = {
-    "asin": "B000000001", "query": "shampoo", "name": "shampoo", "category": "beauty",
+    "asin": "B000000001",
+    "query": "shampoo",
+    "name": "shampoo",
+    "category": "beauty",
     "product_category": "Beauty & Personal Care › Hair Care › Shampoos",
-    "attributes": ["sulfate free", "paraben free", "dry hair"], "goal_options": {"scent": "lavender", "size": "16 fl oz"},
-    "price_upper": 20.0, "instruction_text": "x",
+    "attributes": ["sulfate free", "paraben free", "dry hair"],
+    "goal_options": {"scent": "lavender", "size": "16 fl oz"},
+    "price_upper": 20.0,
+    "instruction_text": "x",
 }
 NOUNS = NounExtractor("simple", ["sulfate", "free", "lavender"])
 RIGHT = {"size": "16 fl oz", "scent": "lavender"}
 
 
-@pytest.mark.parametrize("change, price, chosen, expected", [
-    ({}, 15.0, RIGHT, 1.0),                                             # 3 attrs (fuzzy, bullet, description) + 2 + price
-    ({}, 15.0, {"size": "8 fl oz", "scent": "lavender"}, 5 / 6),        # size needs an exact match
-    ({}, 15.0, {"size": "16 FL OZ", "scent": "lavender"}, 5 / 6),       # ... case included
-    ({}, 15.0, {"size": "16 fl oz", "scent": "Lavender!"}, 1.0),        # others: token-set ratio after processing
-    ({}, 15.0, {"size": "16 fl oz", "scent": "coconut"}, 5 / 6),
-    ({}, 25.0, RIGHT, 5 / 6),                                           # over the price cap
-    ({}, 15.0, {}, 4 / 6),                                              # no option chosen
-    ({"attributes": ["sulfate-free", "vegan formula"]}, 15.0, RIGHT, 4 / 5),  # '-' processed away; one attr missing
-    ({"goal_options": {"size": "16 fl oz"}}, 15.0, {"size": "16 fl oz", "scent": "coconut"}, 1.0),
-])
+@pytest.mark.parametrize(
+    "change, price, chosen, expected",
+    [
+        ({}, 15.0, RIGHT, 1.0),  # 3 attrs (fuzzy, bullet, description) + 2 + price
+        ({}, 15.0, {"size": "8 fl oz", "scent": "lavender"}, 5 / 6),  # size needs an exact match
+        ({}, 15.0, {"size": "16 FL OZ", "scent": "lavender"}, 5 / 6),  # ... case included
+        ({}, 15.0, {"size": "16 fl oz", "scent": "Lavender!"}, 1.0),  # others: token-set ratio after processing
+        ({}, 15.0, {"size": "16 fl oz", "scent": "coconut"}, 5 / 6),
+        ({}, 25.0, RIGHT, 5 / 6),  # over the price cap
+        ({}, 15.0, {}, 4 / 6),  # no option chosen
+        ({"attributes": ["sulfate-free", "vegan formula"]}, 15.0, RIGHT, 4 / 5),  # '-' processed away; one attr missing
+        ({"goal_options": {"size": "16 fl oz"}}, 15.0, {"size": "16 fl oz", "scent": "coconut"}, 1.0),
+    ],
+)
 def test_reward_table(change, price, chosen, expected):
     goal = {**GOAL, **change}
     score, info = get_reward(SHAMPOO, goal, price, chosen, NOUNS)
@@ -223,7 +239,9 @@ def test_option_count_is_capped_at_goal_options():
 
 def test_colour_normalisation():
     assert normalize_color("navy blue") == normalize_color("royal blue") == "blue"  # list order: blue < navy < royal
-    assert normalize_color("dark wash") == "dark" and normalize_color("blueberry") == "blueberry"  # words, not substrings
+    assert (
+        normalize_color("dark wash") == "dark" and normalize_color("blueberry") == "blueberry"
+    )  # words, not substrings
     r_opt, n = option_reward({**SHAMPOO, "options": {}}, ["navy blue"], {"color": "royal blue"})
     assert n == 1
 
@@ -235,15 +253,26 @@ def test_attribute_fallbacks():
     assert attribute_reward(SHAMPOO, ["oily hair", "vegan"]) == (0.0, 0)
 
 
-@pytest.mark.parametrize("goal_name, product, r_type, title_score", [
-    ("shampoo", {}, 1.0, 1.0),
-    ("shampoo", {"name": "conditioner", "query": "conditioner"}, 0.0, 0.0),           # no shared noun: 0
-    ("shampoo bottle pump refill kit travel", {"query": "kit", "product_category": "Beauty & Personal Care › Kits"},
-     0.5, 1 / 6),                                                                      # no query/category match
-    ("shampoo bottle pump refill kit travel case cap lid box set", {"query": "kit", "product_category": "Beauty & Personal Care › Kits"},
-     0.1, 1 / 11),                                                                     # under a tenth shared
-    ("shampoo bottle pump refill kit travel", {}, 1.0, 1 / 6),                         # query match keeps 1
-])
+@pytest.mark.parametrize(
+    "goal_name, product, r_type, title_score",
+    [
+        ("shampoo", {}, 1.0, 1.0),
+        ("shampoo", {"name": "conditioner", "query": "conditioner"}, 0.0, 0.0),  # no shared noun: 0
+        (
+            "shampoo bottle pump refill kit travel",
+            {"query": "kit", "product_category": "Beauty & Personal Care › Kits"},
+            0.5,
+            1 / 6,
+        ),  # no query/category match
+        (
+            "shampoo bottle pump refill kit travel case cap lid box set",
+            {"query": "kit", "product_category": "Beauty & Personal Care › Kits"},
+            0.1,
+            1 / 11,
+        ),  # under a tenth shared
+        ("shampoo bottle pump refill kit travel", {}, 1.0, 1 / 6),  # query match keeps 1
+    ],
+)
 def test_type_reward(goal_name, product, r_type, title_score):
     nouns = NounExtractor("simple", [])
     goal = {**GOAL, "name": goal_name}
@@ -273,7 +302,7 @@ def test_wrong_option_or_product_never_scores_one(catalogue):
         assert get_reward(other, g, catalogue.prices[other["asin"]], {}, nouns)[0] == 0.0
 
 
-# ---- search -----------------------------------------------------------------------------------------------------------
+# ---- search ----------------------------------------------------------------------------------------------------------
 def test_search_ranks_titles_and_is_deterministic(catalogue):
     index = SearchIndex(catalogue.products)
     top1 = 0
@@ -287,7 +316,7 @@ def test_search_ranks_titles_and_is_deterministic(catalogue):
     assert again.search(("free",)) == index.search(("free",)) and len(index.search(("free",))) == 50
 
 
-# ---- server routes (Flask test client) --------------------------------------------------------------------------------
+# ---- server routes (Flask test client) -------------------------------------------------------------------------------
 def _visit(client, goal_index=0):
     r = client.post("/api/visit", json={"goal_index": goal_index})
     assert r.status_code == 201
@@ -329,7 +358,9 @@ def test_search_results_item_sub_and_done_pages(small):
     r = client.post(f"/{vid}", data={"search_query": search_query({**goal, "title": ""}, 0)})
     html = client.get(r.headers["Location"]).get_data(as_text=True)
     page = parse_page(html, "http://shop" + r.headers["Location"])
-    m = re.match(r"Instruction: \[SEP\] (.*?) \[SEP\] Back to Search \[SEP\] Page 1 \(Total results: (\d+)\) \[SEP\] ", page.text)
+    m = re.match(
+        r"Instruction: \[SEP\] (.*?) \[SEP\] Back to Search \[SEP\] Page 1 \(Total results: (\d+)\) \[SEP\] ", page.text
+    )
     assert m and m.group(1) == goal["instruction_text"]
     total = int(m.group(2))
     assert ("Next >" in page.text) == (total > 10) and "< Prev" not in page.text
@@ -358,7 +389,10 @@ def test_search_results_item_sub_and_done_pages(small):
     # buying: scored once; a second purchase shows the first score
     done = client.post(item.clickables["buy now"].url.replace("http://shop", "")).get_data(as_text=True)
     state = client.get(f"/api/visit/{vid}").get_json()
-    assert parse_page(done, "x").text == f"Purchase complete [SEP] Your score (min 0.0, max 1.0) [SEP] {state['purchase']['reward']:.2f}"
+    assert (
+        parse_page(done, "x").text
+        == f"Purchase complete [SEP] Your score (min 0.0, max 1.0) [SEP] {state['purchase']['reward']:.2f}"
+    )
     assert state["done"] and state["purchase"]["asin"] == product["asin"] and first.upper() in state["visited_asins"]
     again = client.post(pages.url_done(vid, goal["asin"], goal["goal_options"]))
     assert client.get(f"/api/visit/{vid}").get_json()["purchase"] == state["purchase"] and again.status_code == 200
@@ -426,11 +460,12 @@ def test_no_5xx_on_malformed_bodies(small, body):
     assert client.get("/health").status_code == 200
 
 
-# ---- the text browser -------------------------------------------------------------------------------------------------
+# ---- the text browser ------------------------------------------------------------------------------------------------
 def test_simple_text_and_clickables_by_hand():
     html = """<html><head><title>Hidden</title><style>p {color: red}</style></head><body>
       <h1> WebShop </h1><!-- a comment --><script>var x = 1;</script>
-      <form method="post" action="/v1"><input id="search_input" name="search_query"><button class="btn">Search</button></form>
+      <form method="post" action="/v1"><input id="search_input" name="search_query">
+      <button class="btn">Search</button></form>
       <p>   </p><a class="product-link" href="/item/B0ABC">B0ABC</a><a href="/plain">plain link</a>
       <input type="radio" name="size" value="Large" data-url="/opt/large"><label>Large</label>
       <input type="radio" name="style" value="buy now" data-url="/opt/x"><label>buy now</label>
@@ -456,7 +491,7 @@ def test_parse_action():
         assert parse_action(bad) is None, bad
 
 
-# ---- the env ----------------------------------------------------------------------------------------------------------
+# ---- the env ---------------------------------------------------------------------------------------------------------
 def test_first_observation_and_hints(shop_env):
     obs, info = shop_env.reset(seed=10000)
     instruction = shop_env.instruction
@@ -656,7 +691,7 @@ def test_gymnasium_check_env(shop_env):
     env.close()
 
 
-# ---- server lifecycle -------------------------------------------------------------------------------------------------
+# ---- server lifecycle ------------------------------------------------------------------------------------------------
 def _listening(port):
     """Local addresses with a listening TCP socket on ``port`` (from /proc/net/tcp, tcp6)."""
     found = set()
@@ -733,7 +768,9 @@ def test_server_exits_when_its_parent_goes_away():
 
 def test_missing_server_dependency_is_actionable(monkeypatch):
     real = service.importlib.util.find_spec
-    monkeypatch.setattr(service.importlib.util, "find_spec", lambda name, *a: None if name == "bm25s" else real(name, *a))
+    monkeypatch.setattr(
+        service.importlib.util, "find_spec", lambda name, *a: None if name == "bm25s" else real(name, *a)
+    )
     with pytest.raises(RuntimeError, match="pip install bm25s"):
         ragen.make_env("webshop", catalogue_seed=99, num_products=10)
     assert not any(s.key.find('"catalogue_seed": 99') >= 0 for s in service.running_servers())
@@ -751,8 +788,13 @@ def test_external_server_url_is_not_stopped(shop_env):
 def test_server_survives_malformed_requests(shop_env):
     """Acceptance 4: garbage at the socket and HTTP level, then the shop still serves a full episode."""
     url, port = shop_env._server.url, shop_env._server.port
-    for raw in (b"GARBAGE\r\n\r\n", b"\x00\xff\xfe" * 100, b"GET /%ZZ%%/ HTTP/1.1\r\nHost: x\r\n\r\n",
-                b"POST /api/visit HTTP/1.1\r\nContent-Length: 99999\r\n\r\n{", b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 500):
+    for raw in (
+        b"GARBAGE\r\n\r\n",
+        b"\x00\xff\xfe" * 100,
+        b"GET /%ZZ%%/ HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /api/visit HTTP/1.1\r\nContent-Length: 99999\r\n\r\n{",
+        b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 500,
+    ):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             s.sendall(raw)
             try:
@@ -785,19 +827,43 @@ def test_server_survives_malformed_requests(shop_env):
     assert info["success"]
 
 
-# ---- WebShop-format files ---------------------------------------------------------------------------------------------
+# ---- WebShop-format files --------------------------------------------------------------------------------------------
 ITEMS = [
-    {"asin": "B0TEA00001", "name": "Leafy Green Tea, Organic, 20 Bags", "full_description": "Fresh organic green tea.",
-     "small_description": ["USDA organic", "Non GMO"], "pricing": "$12.50", "category": "grocery",
-     "query": "Green Tea ", "product_category": "Grocery & Gourmet Food › Beverages › Tea",
-     "customization_options": {"Size": [{"value": "20 Count"}, {"value": "40 Count"}],
-                               "Flavor Name": [{"value": "Mint/Lemon", "image": None}, {"value": "Jasmine"}]}},
-    {"asin": "B0MUG00002", "name": "Ceramic Mug for Tea", "full_description": "A mug.", "small_description": "Holds tea",
-     "pricing": "$8.00$14.00", "category": "kitchen", "query": "mug", "product_category": "Home & Kitchen › Mugs",
-     "customization_options": {"Color": [{"value": "Navy Blue"}, {"value": "White"}], "Pattern": None}},
-    {"asin": "B0KET00003", "name": "Steel Kettle", "full_description": "", "small_description": [],
-     "category": "kitchen", "query": "kettle", "product_category": "Home & Kitchen › Kettles",
-     "customization_options": None},
+    {
+        "asin": "B0TEA00001",
+        "name": "Leafy Green Tea, Organic, 20 Bags",
+        "full_description": "Fresh organic green tea.",
+        "small_description": ["USDA organic", "Non GMO"],
+        "pricing": "$12.50",
+        "category": "grocery",
+        "query": "Green Tea ",
+        "product_category": "Grocery & Gourmet Food › Beverages › Tea",
+        "customization_options": {
+            "Size": [{"value": "20 Count"}, {"value": "40 Count"}],
+            "Flavor Name": [{"value": "Mint/Lemon", "image": None}, {"value": "Jasmine"}],
+        },
+    },
+    {
+        "asin": "B0MUG00002",
+        "name": "Ceramic Mug for Tea",
+        "full_description": "A mug.",
+        "small_description": "Holds tea",
+        "pricing": "$8.00$14.00",
+        "category": "kitchen",
+        "query": "mug",
+        "product_category": "Home & Kitchen › Mugs",
+        "customization_options": {"Color": [{"value": "Navy Blue"}, {"value": "White"}], "Pattern": None},
+    },
+    {
+        "asin": "B0KET00003",
+        "name": "Steel Kettle",
+        "full_description": "",
+        "small_description": [],
+        "category": "kitchen",
+        "query": "kettle",
+        "product_category": "Home & Kitchen › Kettles",
+        "customization_options": None,
+    },
     {"asin": "B0TEA00001", "name": "duplicate", "category": "x", "query": "x", "product_category": "x"},
     {"asin": "nan", "name": "no asin", "category": "x", "query": "x", "product_category": "x"},
 ]
@@ -816,8 +882,17 @@ def items_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("webshop-items")
     (d / "items_shuffle_tiny.json").write_text(json.dumps(ITEMS))
     (d / "items_ins_v2_tiny.json").write_text(json.dumps(INSTRUCTIONS))
-    (d / "reviews_tiny.json").write_text(json.dumps(
-        [{"asin": "B0MUG00002", "reviews": [{"title": "Nice", "stars": 5, "review": "Solid mug."}], "average_rating": 4.5}]))
+    (d / "reviews_tiny.json").write_text(
+        json.dumps(
+            [
+                {
+                    "asin": "B0MUG00002",
+                    "reviews": [{"title": "Nice", "stars": 5, "review": "Solid mug."}],
+                    "average_rating": 4.5,
+                }
+            ]
+        )
+    )
     return {"items_file": str(d / "items_shuffle_tiny.json"), "instructions_file": str(d / "items_ins_v2_tiny.json"),
             "reviews_file": str(d / "reviews_tiny.json")}
 
@@ -828,7 +903,9 @@ def test_loader_reads_webshop_format(items_files):
     tea, mug, kettle = cat.products
     assert tea["Title"] == tea["name"] == "Leafy Green Tea, Organic, 20 Bags" and tea["query"] == "green tea"
     assert tea["options"] == {"size": ["20 count", "40 count"], "flavor name": ["mint | lemon", "jasmine"]}
-    assert tea["Attributes"] == ["usda organic", "non gmo"] and tea["Price"] == "$12.5" and cat.prices[tea["asin"]] == 12.5
+    assert (
+        tea["Attributes"] == ["usda organic", "non gmo"] and tea["Price"] == "$12.5" and cat.prices[tea["asin"]] == 12.5
+    )
     assert mug["options"] == {"color": ["navy blue", "white"]} and mug["BulletPoints"] == ["Holds tea"]
     assert mug["Price"] == "$8.0 to $14.0" and 8.0 <= cat.prices[mug["asin"]] <= 14.0
     assert mug["Reviews"] == [{"title": "Nice", "score": 5, "body": "Solid mug."}] and mug["Rating"] == 4.5
@@ -836,9 +913,13 @@ def test_loader_reads_webshop_format(items_files):
     # tea: 2 x 2 option combinations (all: max_goals_per_product=0); mug: one human goal; kettle: browsable only
     tea_goals = [g for g in cat.goals if g["asin"] == tea["asin"]]
     assert len(tea_goals) == 4 and len(cat.goals) == 5 and cat.skipped_goals == 2
-    assert tea_goals[0]["instruction_text"].startswith("i need organic green tea with flavor name: mint | lemon, and size: 20 count")
+    assert tea_goals[0]["instruction_text"].startswith(
+        "i need organic green tea with flavor name: mint | lemon, and size: 20 count"
+    )
     mug_goal = next(g for g in cat.goals if g["asin"] == mug["asin"])
-    assert mug_goal["goal_options"] == ["navy blue"] and mug_goal["instruction_text"].startswith("a navy blue ceramic mug")
+    assert mug_goal["goal_options"] == ["navy blue"] and mug_goal["instruction_text"].startswith(
+        "a navy blue ceramic mug"
+    )
     assert load_items(**items_files, seed=0).goals == cat.goals  # seeded
 
 
@@ -906,7 +987,7 @@ def test_generated_catalogue_round_trips_through_webshop_files(tmp_path):
     env.close()
 
 
-# ---- one training smoke test through the CLI --------------------------------------------------------------------------
+# ---- one training smoke test through the CLI -------------------------------------------------------------------------
 @pytest.mark.slow
 def test_two_step_grpo_run(tmp_path):
     before = _server_pids()

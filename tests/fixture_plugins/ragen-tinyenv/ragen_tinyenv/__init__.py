@@ -27,7 +27,13 @@ class CoinEnv(Env):
     def _step(self, action):
         ok = self.canonical_action(action)
         win = ok == self.side
-        return "done", float(win), ok is not None, False, {"success": win, "action_is_valid": ok is not None, "action_is_effective": ok is not None}
+        return (
+            "done",
+            float(win),
+            ok is not None,
+            False,
+            {"success": win, "action_is_valid": ok is not None, "action_is_effective": ok is not None},
+        )
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""`ragen serve-env` under load and abuse (issue 26): malformed input, the token policy, episodes charged by weight
+"""`ragen serve-env` under load and abuse: malformed input, the token policy, episodes charged by weight
 (caps, memory admission, per-client cap, idle time-out) and worker processes for envs not declared concurrency-safe."""
 
 import os
@@ -14,8 +14,9 @@ import requests
 
 import ragen
 from ragen.contract.env import EpisodeWeight
-from ragen.envs.hosted import EnvFactory
-from ragen.envs.server import EpisodeTable, make_server, wsgi_app
+from ragen.serve.hosts import EnvFactory
+from ragen.serve.http import make_server, wsgi_app
+from ragen.serve.table import EpisodeTable
 
 ENV = "frozenlake"
 
@@ -75,9 +76,11 @@ def test_malformed_input_is_always_a_4xx():
         ]
         cases = [("POST", "/episodes", b) for b in bodies]
         cases += [("POST", f"/episodes/{eid}/{op}", b) for b in episode_bodies for op in ("step", "validate", "split")]
-        cases += [("POST", f"/episodes/{eid}/expert", b) for b in (b'{"k": -1}', b'{"k": 1001}', b'{"k": "2"}', b'{"k": 1e3}')]
+        cases += [("POST", f"/episodes/{eid}/expert", b)
+                  for b in (b'{"k": -1}', b'{"k": 1001}', b'{"k": "2"}', b'{"k": 1e3}')]
         cases += [("PUT", "/episodes", b"{}"), ("PATCH", f"/episodes/{eid}", b"{}"), ("GET", "/" + "x" * 5000, b""),
-                  ("POST", "/episodes/" + "9" * 5000 + "/step", b'{"action": "Left"}'), ("DELETE", "/episodes/%00", b"")]
+                  ("POST", "/episodes/" + "9" * 5000 + "/step", b'{"action": "Left"}'),
+                  ("DELETE", "/episodes/%00", b"")]
         codes = []
         for method, path, raw in cases:
             r = s.request(method, path, raw=raw)
@@ -107,7 +110,7 @@ def _heavy_class(cls, cache={}):  # noqa: B006 - one subclass per class
 
 
 def test_token_policy_of_make_server():
-    from ragen.envs.server import check_token
+    from ragen.serve.http import check_token
 
     light, heavy = EpisodeWeight(), EpisodeWeight(processes=1, memory_mb=280, max_open=32)
     assert check_token(None, name="x", host="127.0.0.1", weight=light) is None
@@ -154,7 +157,7 @@ def test_serve_env_cli_token_rules():
 
 # ---- episodes charged by weight -------------------------------------------------------------------------------
 def test_heavy_env_caps_open_episodes_per_server_and_per_client():
-    from ragen.envs.server import client_cap, open_cap
+    from ragen.serve.table import client_cap, open_cap
 
     heavy, light = EpisodeWeight(processes=1, memory_mb=100, max_open=4), EpisodeWeight()
     assert (open_cap(heavy, 1024), client_cap(heavy, 1024), client_cap(heavy, 2)) == (4, 2, 1)
@@ -322,7 +325,8 @@ def test_lean_easy_is_served_by_weight():
     with pytest.raises(ragen.ConfigError, match="needs a token: each episode of lean-easy holds a process"):
         make_server("lean-easy", {}, host="127.0.0.1", port=0, workers=1)
     server = make_server("lean-easy", {}, host="127.0.0.1", port=0, token="t0ken-for-the-test", workers=1,
-                         max_episodes=4, episode_timeout_s=8.0, min_free_mb=0)  # 8 s: six resets start coqtops on a busy CI machine
+                         # 8 s: six resets start coqtops on a busy CI machine
+                         max_episodes=4, episode_timeout_s=8.0, min_free_mb=0)
     table = server.table
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -330,7 +334,8 @@ def test_lean_easy_is_served_by_weight():
     auth = {"Authorization": "Bearer t0ken-for-the-test"}
 
     def reset(client):
-        return requests.post(url + "/episodes", json={"seed": 1}, headers={**auth, "X-Ragen-Client": client}, timeout=120)
+        return requests.post(url + "/episodes", json={"seed": 1}, headers={**auth, "X-Ragen-Client": client},
+                             timeout=120)
 
     try:
         info = requests.get(url + "/info", headers=auth, timeout=30).json()

@@ -1,8 +1,9 @@
-"""OpenEnv (issue 27, docs/openenv.md): ragen envs served through OpenEnv's own server, and OpenEnv envs trained
+"""OpenEnv (docs/openenv.md): ragen envs served through OpenEnv's own server, and OpenEnv envs trained
 through the `ragen-openenv` plugin. Needs the `openenv` package (the ragen[openenv] extra): CI runs these in
 .venv-openenv (bash .ci/openenv-venv.sh); elsewhere the whole module skips with that reason."""
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -14,14 +15,15 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("openenv.core.env_server",
-                    reason="the openenv package is not installed (pip install 'ragen[openenv]'; bash .ci/openenv-venv.sh)")
+                    reason="the openenv package is not installed "
+                           "(pip install 'ragen[openenv]'; bash .ci/openenv-venv.sh)")
 
 import requests  # noqa: E402
 from openenv import GenericEnvClient  # noqa: E402
 from openenv_helpers import served_ragen, served_scaffold  # noqa: E402
 
 import ragen  # noqa: E402
-from ragen.envs.hosted import jsonable  # noqa: E402
+from ragen.serve.hosts import json_safe  # noqa: E402
 from ragen.testing import ragen_cmd, run_two_steps  # noqa: E402
 
 pytestmark = pytest.mark.openenv
@@ -65,6 +67,19 @@ def test_serve_env_protocol_openenv_on_the_command_line():
         proc.wait(timeout=60)
 
 
+def test_the_module_takes_the_same_launch_path_and_token_rule():
+    """`python -m ragen.serve.openenv` is `ragen serve-env --protocol openenv`: no server beyond loopback without a
+    token, no token on the command line (one line each, as the CLI says it)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAGEN_ENV_TOKEN"}
+    for args, fragments in [(["--host", "0.0.0.0"], ("needs a token", "0.0.0.0", "--insecure")),
+                            (["--token", "X"], ("--token", "visible", "$RAGEN_ENV_TOKEN"))]:
+        r = subprocess.run([sys.executable, "-m", "ragen.serve.openenv", "frozenlake", "--port", "0", *args],
+                           capture_output=True, text=True, timeout=120, env=env)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 1 and len(lines) == 1 and lines[0].startswith("Error: "), r.stderr[-2000:]
+        assert all(f in lines[0] for f in fragments), lines[0]
+
+
 def play_expert_episode(client, name: str, seed: int) -> bool:
     """One episode of ``name``'s expert, played in process and through OpenEnv's client side by side: every reset and
     step must answer exactly what the in-process env returns. Returns whether it was won."""
@@ -73,10 +88,10 @@ def play_expert_episode(client, name: str, seed: int) -> bool:
         obs, info = local.reset(seed=seed, options={"split": "val", "rollout_index": 1})
         first = client.reset(seed=seed, split="val", rollout_index=1)
         got = first.observation
-        assert (got["text"], first.reward, first.done, first.metadata) == (obs, None, False, jsonable(info))
+        assert (got["text"], first.reward, first.done, first.metadata) == (obs, None, False, json_safe(info))
         assert got["instructions"] == local.instructions and got["action_names"] == local.action_names
         assert got["action_separator"] == local.action_separator
-        assert got["symbol_legend"] == (jsonable(local.symbol_legend) or None)
+        assert got["symbol_legend"] == (json_safe(local.symbol_legend) or None)
         for _ in range(200):
             plan = local.expert.next_actions(local, local.config.max_actions_per_turn)
             assert plan, f"{name} seed {seed}: the expert has no plan"
@@ -84,7 +99,7 @@ def play_expert_episode(client, name: str, seed: int) -> bool:
                 o, r, term, trunc, inf = local.step(action)
                 step = client.step({"action": action})
                 s = step.observation
-                assert (s["text"], step.reward, step.done, step.metadata) == (o, r, term or trunc, jsonable(inf))
+                assert (s["text"], step.reward, step.done, step.metadata) == (o, r, term or trunc, json_safe(inf))
                 assert (s["terminated"], s["truncated"], s["success"]) == (term, trunc, inf["success"])
                 if term or trunc:
                     state = client.state()

@@ -1,7 +1,9 @@
-"""Serving a ragen env as an OpenEnv environment (``ragen serve-env NAME --protocol openenv``; docs/openenv.md).
+"""Serving a ragen env as an OpenEnv environment (``ragen serve-env NAME --protocol openenv``, or
+``python -m ragen.serve.openenv NAME``: the same launch path; docs/openenv.md).
 
 The app is OpenEnv's own: ``openenv.core.env_server.create_app`` over an OpenEnv ``Environment`` that wraps one ragen
-env per session, so the HTTP routes (``/health``, ``/metadata``, ``/schema``, stateless ``/reset``/``/step``/``/state``),
+env per session, so the HTTP routes (``/health``, ``/metadata``, ``/schema``, stateless
+``/reset``/``/step``/``/state``),
 the WebSocket ``/ws`` sessions (reset/step/state/close), the session cap (``CAPACITY_REACHED``) and the idle-session
 reaper are the reference implementation's. What this module adds is the mapping and ragen's serving defaults:
 
@@ -12,7 +14,8 @@ reaper are the reference implementation's. What this module adds is the mapping 
 * ``RagenResetObservation`` (reset): the same, with ``reward`` null and the episode's prompt: ``instructions``,
   ``action_names``, ``action_separator``, ``symbol_legend``; ``metadata`` holds the reset info (``task_id``, ``seed``,
   ``split``...). Reset takes ``seed``, and ragen's ``split``, ``rollout_index`` and env options as extra arguments.
-* ``RagenState``: ``episode_id``, ``step_count`` and the ragen episode's ``env``, ``task_id``, ``seed``, ``split``, ``done``.
+* ``RagenState``: ``episode_id``, ``step_count`` and the ragen episode's ``env``, ``task_id``, ``seed``, ``split``,
+  ``done``.
 
 Not mapped (they stay on ragen's own protocol, ``ragen serve-env NAME``, the default): the expert, an env's own
 ``validate_action``/``split_actions``, and the episode budget (the client's: ``env.options.max_turns`` etc.).
@@ -20,8 +23,9 @@ Security as ``ragen serve-env``: loopback unless told otherwise, ``--token`` req
 everything but ``GET /health`` (HTTP 401; a WebSocket handshake is refused with 403), a cap on open sessions and
 sessions idle for ``episode_timeout_s`` closed.
 
-Imports only ``ragen``'s public API and ``openenv``; without the extra it raises one ``ConfigError`` saying how to
-install it.
+The env instances come from ``ragen.serve.hosts.LocalHost``, the env pool of ragen's own protocol too: the same
+lock for envs not declared concurrency-safe, the same 4xx for an env's failures. Without the extra, importing this
+module raises one ``ConfigError`` saying how to install it.
 """
 
 from __future__ import annotations
@@ -36,11 +40,15 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from ragen.contract.env import Env
-from ragen.envs.hosted import jsonable
-from ragen.envs.net import is_loopback
 from ragen.errors import ConfigError, RagenError
-from ragen.plugins.components import list_envs, make_env
+from ragen.plugins.components import list_envs
+from ragen.plugins.loader import get_registry
+from ragen.serve.hosts import EnvFactory, LocalEnv, LocalHost, RequestError, json_safe, weight_of
+from ragen.serve.http import check_token, token_from_environment
+from ragen.serve.net import MAX_ACTION_CHARS
 
 try:
     from openenv.core.env_server.http_server import create_app
@@ -52,8 +60,6 @@ except ImportError as _exc:  # the optional extra is not installed
 
 #: the OpenEnv minor version this adapter was tested with (the `openenv` extra pins it)
 TESTED_OPENENV = "0.10"
-TOKEN_ENV = "RAGEN_ENV_TOKEN"
-MAX_ACTION_CHARS = 100_000
 MAX_IDLE_ENVS = 64
 
 
@@ -97,111 +103,63 @@ class RagenState(State):
     done: bool = Field(default=False, description="The episode is over")
 
 
-class RequestRefused(Exception):
-    """A request the env cannot serve; HTTP answers ``status`` with ``{"detail": message}``, ``/ws`` an error frame."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-# ---- the env pool shared by the sessions -----------------------------------------------------------------------
+# ---- one session ------------------------------------------------------------------------------------------------
+@attrs.frozen
 class ServedEnv:
-    """The ragen env variant behind the app: builds instances, keeps idle ones, serialises envs not declared safe."""
+    """The ragen env variant behind the app: its name, its OpenEnv metadata and its env pool (``LocalHost``: idle
+    instances kept between sessions, one lock around an env not declared concurrency-safe, env failures mapped to
+    the 4xx ``ragen serve-env`` gives them)."""
 
-    def __init__(self, name: str, options: dict):
-        self.name, self.options = name, dict(options)
-        self._idle: list[Env] = []
-        self._lock = threading.Lock()
-        probe = make_env(name, **self.options)  # fails here, before serving, when the env or its options are wrong
-        cls = type(probe)
-        self._env_lock = None if getattr(cls, "concurrency", "none") != "none" else threading.Lock()
-        description = next((c.description for c in list_envs() if c.name == name), "") or ""
-        self.metadata = EnvironmentMetadata(
-            name=name, description=description or probe.instructions or f"ragen env {name}",
-            readme_content=_readme(name, description, probe), version=_version())
-        self._idle.append(probe)
-
-    def acquire(self) -> Env:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return make_env(self.name, **self.options)
-
-    def release(self, env: Env) -> None:
-        with self._lock:
-            if len(self._idle) < MAX_IDLE_ENVS and not env.closed:
-                self._idle.append(env)
-                return
-        env.close()
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run one env call; its failures become ``RequestRefused`` with the status ``ragen serve-env`` gives them."""
-        try:
-            if self._env_lock is None:
-                return fn()
-            with self._env_lock:
-                return fn()
-        except RequestRefused:
-            raise
-        except RagenError as exc:  # bad options (split, ...)
-            raise RequestRefused(400, f"{type(exc).__name__}: {exc}") from None
-        except RuntimeError as exc:  # stepping a finished episode
-            raise RequestRefused(409, str(exc)) from None
-        except Exception as exc:  # the env itself failed: the client drops this episode
-            raise RequestRefused(422, f"the env raised {type(exc).__name__}: {exc}") from None
+    name: str
+    metadata: EnvironmentMetadata
+    host: LocalHost
 
     def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for env in idle:
-            try:
-                env.close()
-            except Exception:  # noqa: BLE001, PERF203 - one env failing to close must not keep the others open
-                pass
+        self.host.close()
 
 
 class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
     """One OpenEnv session: one ragen env instance (taken from the pool at the first reset, returned at close)."""
 
-    # every session has its own ragen env; envs not declared concurrency-safe are stepped under one lock (ServedEnv)
+    # every session has its own ragen env; envs not declared concurrency-safe are stepped under one lock (LocalHost)
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, served: ServedEnv):
         super().__init__()
         self._served = served
-        self._env: Env | None = None
+        self._env: LocalEnv | None = None
         self._state = RagenState(env=served.name)
         self._closed = False
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> RagenResetObservation:
         if self._closed:
-            raise RequestRefused(409, "this session was closed (idle for longer than the server's episode time-out)")
+            raise RequestError(409, "state", "this session was closed (idle for longer than the server's episode "
+                                             "time-out)")
         if self._env is None:
-            self._env = self._served.acquire()
-        env, options = self._env, dict(kwargs)
-        obs, info = self._served.call(lambda: env.reset(seed=seed, options=options))
+            self._env = self._served.host.acquire()
+        data = self._env.reset(seed, kwargs)
+        env = self._env.env
         self._state = RagenState(episode_id=episode_id or _episode_id(), step_count=0, env=self._served.name,
                                  task_id=None if env.task_id is None else str(env.task_id), seed=env.current_seed,
                                  split=env.split, done=False)
         return RagenResetObservation(
-            text=obs, reward=None, done=False, metadata=jsonable(info), instructions=env.instructions,
+            text=data["obs"], reward=None, done=False, metadata=data["info"], instructions=env.instructions,
             action_names=None if env.action_names is None else [str(a) for a in env.action_names],
-            action_separator=env.action_separator, symbol_legend=jsonable(env.symbol_legend) or None)
+            action_separator=env.action_separator, symbol_legend=json_safe(env.symbol_legend) or None)
 
     def step(self, action: RagenAction, timeout_s: float | None = None, **kwargs: Any) -> RagenObservation:
         if self._closed:
-            raise RequestRefused(409, "this session was closed (idle for longer than the server's episode time-out)")
+            raise RequestError(409, "state", "this session was closed (idle for longer than the server's episode "
+                                             "time-out)")
         if self._env is None or self._state.seed is None:
-            raise RequestRefused(409, "no episode: reset first (HTTP /step is stateless in OpenEnv, a fresh env per "
-                                      "request; play episodes over the WebSocket /ws)")
-        env = self._env
-        obs, reward, terminated, truncated, info = self._served.call(lambda: env.step(action.action))
+            raise RequestError(409, "state", "no episode: reset first (HTTP /step is stateless in OpenEnv, a fresh env "
+                                             "per request; play episodes over the WebSocket /ws)")
+        data = self._env.step(action.action)
         self._state.step_count += 1
-        self._state.done = bool(terminated or truncated)
-        return RagenObservation(text=obs, reward=jsonable(float(reward)), done=self._state.done,
-                                terminated=bool(terminated), truncated=bool(truncated),
-                                success=bool(info.get("success", False)), metadata=jsonable(info))
+        self._state.done = data["terminated"] or data["truncated"]
+        return RagenObservation(text=data["obs"], reward=data["reward"], done=self._state.done,
+                                terminated=data["terminated"], truncated=data["truncated"],
+                                success=bool(data["info"].get("success", False)), metadata=data["info"])
 
     @property
     def state(self) -> RagenState:
@@ -214,7 +172,7 @@ class RagenEnvironment(Environment[RagenAction, RagenObservation, RagenState]):
         self._closed = True
         env, self._env = self._env, None
         if env is not None:
-            self._served.release(env)
+            self._served.host.release(env)
 
 
 def _episode_id() -> str:
@@ -223,7 +181,7 @@ def _episode_id() -> str:
     return secrets.token_hex(8)
 
 
-def _version() -> str:
+def _version() -> str:  # TODO(version): one distribution_version() for the whole core
     try:
         return importlib.metadata.version("ragen")
     except importlib.metadata.PackageNotFoundError:
@@ -235,7 +193,8 @@ def _readme(name: str, description: str, env: Env) -> str:
     lines = [f"# {name} (ragen)", "", description, "", "## Instructions", "", env.instructions or "(none)", ""]
     if env.action_names:
         lines += ["## Actions", "", ", ".join(env.action_names), ""]
-    budget = {k: getattr(cfg, k) for k in ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "max_tokens")}
+    keys = ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "max_tokens")
+    budget = {k: getattr(cfg, k) for k in keys}
     lines += ["## Episode budget (ragen's, applied by the client)", "",
               ", ".join(f"{k}={v}" for k, v in budget.items()), "",
               "Served by `ragen serve-env --protocol openenv`; the fields are in docs/openenv.md of ragen."]
@@ -274,23 +233,28 @@ def make_openenv_app(name: str, options: dict | None = None, *, token: str | Non
 
     ``max_sessions``: WebSocket sessions open at once (more are refused with ``CAPACITY_REACHED``);
     ``episode_timeout_s``: a session idle for longer is closed; ``token``: required as ``Authorization: Bearer``.
-    ``app.state.served`` is the env pool (``close()`` it when done)."""
+    ``app.state.served`` holds the env pool (``close()`` it when done)."""
     if max_sessions < 1:
         raise ConfigError(f"--max-episodes: must be >= 1, got {max_sessions}")
     if not episode_timeout_s > 0:
         raise ConfigError(f"--episode-timeout: must be > 0, got {episode_timeout_s}")
     _check_version()
-    served = ServedEnv(name, dict(options or {}))
+    factory = EnvFactory(name, dict(options or {}))
+    probe = factory()  # fails here, before serving, when the env or its options are wrong
+    description = next((c.description for c in list_envs() if c.name == name), "") or ""
+    metadata = EnvironmentMetadata(name=name, description=description or probe.instructions or f"ragen env {name}",
+                                   readme_content=_readme(name, description, probe), version=_version())
+    served = ServedEnv(name, metadata, LocalHost(factory, probe, max_idle=MAX_IDLE_ENVS))
     app = create_app(lambda: RagenEnvironment(served), RagenAction, RagenObservation, env_name=name,
                      concurrency_config=ConcurrencyConfig(max_concurrent_envs=int(max_sessions),
                                                           session_timeout=float(episode_timeout_s)),
                      state_cls=RagenState, reset_observation_cls=RagenResetObservation)
     from fastapi.responses import JSONResponse
 
-    async def refused(request: Any, exc: RequestRefused) -> Any:  # HTTP /reset, /step: a 4xx, never a 500
+    async def refused(request: Any, exc: RequestError) -> Any:  # HTTP /reset, /step: a 4xx, never a 500
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
-    app.add_exception_handler(RequestRefused, refused)
+    app.add_exception_handler(RequestError, refused)
     if token:
         app.add_middleware(TokenGate, token=token)
     app.state.served = served
@@ -325,7 +289,8 @@ class OpenEnvServer:
         self.port = self.sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                                    timeout_graceful_shutdown=5))
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
@@ -374,18 +339,19 @@ def make_openenv_server(name: str, options: dict | None = None, *, host: str = "
 
 
 def serve(name: str, options: dict | None = None, *, host: str = "127.0.0.1", port: int = 8765,
-          token: str | None = None, max_sessions: int = 1024, episode_timeout_s: float = 600.0,
-          echo: Callable[[str], None] = print) -> None:
-    """What ``ragen serve-env NAME --protocol openenv`` does: warn when exposed without a token, print the URL, serve
-    until Ctrl-C."""
-    import os
-
-    token = token or os.environ.get(TOKEN_ENV) or None
-    if not is_loopback(host) and not token:
-        warnings.warn(f"serving {name} on {host} without a token: anyone who reaches this port can run episodes",
-                      stacklevel=2)
-    server = make_openenv_server(name, options, host=host, port=port, token=token, max_sessions=max_sessions,
-                                 episode_timeout_s=episode_timeout_s)
+          token: str | None = None, insecure: bool = False, max_episodes: int = 1024,
+          episode_timeout_s: float | None = None, echo: Callable[[str], None] = print) -> None:
+    """``ragen serve-env NAME --protocol openenv`` (and this module's ``main``): the token rule of ``serve-env``
+    (``check_token``: loopback unless told otherwise, a token where one is needed, ``insecure`` to override), the
+    session cap and idle time-out by the env's ``episode_weight``; prints the URL and serves until Ctrl-C."""
+    # unknown names fail here with a did-you-mean; the weight is the env class's declaration, so no env is built
+    # twice (the server's pool builds the first, which checks the options before anything listens)
+    weight = weight_of(get_registry("env").get(name).factory)
+    token = check_token(token, name=name, host=host, weight=weight, insecure=insecure)
+    timeout = episode_timeout_s if episode_timeout_s is not None else (120.0 if weight.processes > 0 else 600.0)
+    server = make_openenv_server(name, options, host=host, port=port, token=token,
+                                 max_sessions=min(max_episodes, weight.max_open or max_episodes),
+                                 episode_timeout_s=timeout)
     echo(f"serving {name} (OpenEnv protocol) on {server.url} (Ctrl-C stops)")
     try:
         server.run()
@@ -394,20 +360,21 @@ def serve(name: str, options: dict | None = None, *, host: str = "127.0.0.1", po
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m ragen.envs.openenv_server NAME [-o KEY=VALUE]... [--host H] [--port P] [--token T]``: the same as
-    ``ragen serve-env NAME --protocol openenv`` for a ragen whose CLI does not have the flag."""
+    """``python -m ragen.serve.openenv NAME [-o KEY=VALUE]... [--host H] [--port P] [--insecure]``: ``ragen serve-env
+    NAME --protocol openenv``, with the same options and the same token rule (the token comes from $RAGEN_ENV_TOKEN)."""
     import argparse
     import sys
 
     import yaml
 
-    parser = argparse.ArgumentParser(prog="python -m ragen.envs.openenv_server", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ragen.serve.openenv", description=main.__doc__)
     parser.add_argument("name")
     parser.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--token", default=None)
-    parser.add_argument("--episode-timeout", type=float, default=600.0)
+    parser.add_argument("--token", default=None, help=argparse.SUPPRESS)  # refused, as by serve-env
+    parser.add_argument("--insecure", action="store_true")
+    parser.add_argument("--episode-timeout", type=float, default=None)
     parser.add_argument("--max-episodes", type=int, default=1024)
     args = parser.parse_args(argv)
     options = {}
@@ -417,8 +384,9 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"-o {item!r}: expected KEY=VALUE")
         options[key.strip()] = yaml.safe_load(raw) if raw.strip() else ""
     try:
-        serve(args.name, options, host=args.host, port=args.port, token=args.token, max_sessions=args.max_episodes,
-              episode_timeout_s=args.episode_timeout, echo=lambda line: print(line, flush=True))
+        serve(args.name, options, host=args.host, port=args.port, token=token_from_environment(args.token),
+              insecure=args.insecure, max_episodes=args.max_episodes, episode_timeout_s=args.episode_timeout,
+              echo=lambda line: print(line, flush=True))
     except RagenError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         sys.exit(1)

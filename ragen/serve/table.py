@@ -1,23 +1,23 @@
-"""Serving a registered env over HTTP (``ragen serve-env``): an episode table behind a WSGI app on waitress.
+"""ragen's protocol over one env (``ragen serve-env``): ``EpisodeTable`` answers ``(method, path, body, client) ->
+(status, json)``.
 
-``EpisodeTable`` answers ``(method, path, body, client) -> (status, json)``; the WSGI app and the process workers of
-``ragen.rollout.stepping`` both dispatch into it, so the wire protocol is one piece of code. Its env instances live
-in a host (``ragen.envs.hosted``): this process for envs declared concurrency-safe, worker processes for the others,
-so one slow step does not stall every client. Every episode has an id; episodes are admitted by what they weigh (the
-env's ``episode_weight``: a cap on open episodes, a per-client cap, free memory for envs holding a process) and one
-nobody touched for the idle time-out is closed. Every refusal and every env failure is a 4xx with
-``{"error": ..., "kind": ...}``.
+The WSGI app (``ragen.serve.http``) and the rollout's "process" envs (``ProcessEnvPool``, below) both dispatch into
+it, so the protocol is one piece of code. Its env instances live in a host: this process for envs declared
+concurrency-safe (``ragen.serve.hosts.LocalHost``), worker processes for the others
+(``ragen.serve.workers.WorkerHost``), so one slow step does not stall every client. Every episode has an id;
+episodes are admitted by what they weigh (the env's ``episode_weight``: a cap on open episodes, a per-client cap,
+free memory for envs holding a process) and one nobody touched for the idle time-out is closed. Every refusal and
+every env failure is a 4xx with ``{"error": ..., "kind": ...}``.
 
 Protocol (JSON bodies; ``Authorization: Bearer TOKEN`` on everything but ``/health`` when a token is set):
 ``GET /health``, ``GET /info`` (action space, budget, instructions, system prompt), ``POST /episodes``
 ``{seed, options}`` -> ``{episode, obs, info}``, ``POST /episodes/ID/step`` ``{action}``, ``POST /episodes/ID/validate``
-``{action}``, ``POST /episodes/ID/split`` ``{answer}``, ``POST /episodes/ID/expert`` ``{k}``, ``DELETE /episodes/ID``.
+``{action}``, ``POST /episodes/ID/split`` ``{answer}``, ``POST /episodes/ID/expert`` ``{k}``,
+``POST /episodes/ID/judge``, ``DELETE /episodes/ID``.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import secrets
 import threading
 import time
@@ -28,21 +28,13 @@ import attrs
 import structlog
 
 from ragen.contract.env import SPLITS, Env, EpisodeWeight
-from ragen.envs.hosted import (
-    EnvFactory,
-    LocalHost,
-    RequestError,
-    WorkerHost,
-    jsonable,
-    weight_of,
-)
-from ragen.errors import ConfigError, RagenError
+from ragen.serve.hosts import LocalHost, RequestError, weight_of
+from ragen.serve.net import MAX_ACTION_CHARS
+from ragen.serve.remote import RemoteConfig, RemoteEnv, raise_for
+from ragen.serve.workers import WorkerHost
 
 log = structlog.get_logger("ragen")
 
-MAX_BODY = 1 << 20  #: bytes; a larger request body is refused with 413
-MAX_ACTION_CHARS = 100_000
-MAX_CLIENT_ID = 64  #: characters of ``X-Ragen-Client`` kept
 #: idle seconds after which an episode is closed: any env, and an env whose episodes hold a process (EpisodeWeight)
 EPISODE_TIMEOUT_S, HEAVY_EPISODE_TIMEOUT_S = 600.0, 120.0
 #: serve-env's worker processes for an env not declared concurrency-safe
@@ -94,7 +86,7 @@ def client_cap(weight: EpisodeWeight, max_episodes: int) -> int:
 
 @attrs.define(eq=False)
 class _Episode:
-    env: Any  #: a LocalEnv or WorkerEnv (ragen.envs.hosted)
+    env: Any  #: a LocalEnv (ragen.serve.hosts) or a WorkerEnv (ragen.serve.workers)
     client: str = ""
     lock: threading.Lock = attrs.Factory(threading.Lock)
     last_used: float = attrs.Factory(time.monotonic)
@@ -105,26 +97,34 @@ class EpisodeTable:
 
     ``factory`` builds one env. With ``workers`` > 0 an env not declared concurrency-safe lives in that many worker
     processes (``factory`` must then pickle, e.g. ``EnvFactory``); otherwise instances live in this process (one lock
-    around a non-concurrent env's calls). An env's ``episode_weight`` sets the defaults: open episodes at most
-    ``min(max_episodes, weight.max_open)``, idle time-out 600 s (120 s for a heavy env), and a heavy env's new episode
-    needs ``weight.memory_mb`` available above ``min_free_mb`` (10 % of the host, >= 1 GiB; 0 turns the check off).
-    ``max_client_episodes`` (None: no cap of its own) caps the episodes one ``client`` of ``dispatch`` holds;
-    ``make_server`` sets it to half of the cap for a heavy env (``client_cap``).
+    around a non-concurrent env's calls). ``in_workers`` puts every env in the workers, whatever it declares, and
+    builds none in this process (the rollout's "process" envs: ``ProcessEnvPool``). An env's ``episode_weight`` sets
+    the defaults: open episodes at most ``min(max_episodes, weight.max_open)``, idle time-out 600 s (120 s for a heavy
+    env), and a heavy env's new episode needs ``weight.memory_mb`` available above ``min_free_mb`` (10 % of the host,
+    >= 1 GiB; 0 turns the check off). ``max_client_episodes`` (None: no cap of its own) caps the episodes one
+    ``client`` of ``dispatch`` holds; ``make_server`` sets it to half of the cap for a heavy env (``client_cap``).
     """
 
     def __init__(self, factory: Callable[[], Env], *, episode_timeout_s: float | None = None, max_episodes: int = 1024,
                  max_idle_envs: int = 64, max_client_episodes: int | None = None, min_free_mb: float | None = None,
-                 workers: int = 0, memory: Callable[[], float | None] = available_memory_mb, probe: Env | None = None):
-        if probe is None:
-            probe = factory()  # fails here, before serving, when the env or its options are wrong
-        self.weight = weight_of(type(probe))
-        self.max_open = open_cap(self.weight, max_episodes)
-        if getattr(type(probe), "concurrency", "none") == "none" and workers > 0:
-            probe.close()  # its instances live in the workers
-            self.host: Any = WorkerHost(factory, workers, max_idle=max_idle_envs,
-                                        max_instances=self.max_open if self.weight.heavy else None)
+                 workers: int = 0, in_workers: bool = False, memory: Callable[[], float | None] = available_memory_mb,
+                 probe: Env | None = None):
+        if in_workers and workers > 0:
+            self.host: Any = WorkerHost(factory, workers, max_idle=max_idle_envs)
+            self.weight = EpisodeWeight(**self.host.info["episode_weight"])  # the first worker's env declares it
+            self.max_open = open_cap(self.weight, max_episodes)
+            self.host.max_instances = self.max_open if self.weight.heavy else None
         else:
-            self.host = LocalHost(factory, probe, max_idle=max_idle_envs)
+            if probe is None:
+                probe = factory()  # fails here, before serving, when the env or its options are wrong
+            self.weight = weight_of(type(probe))
+            self.max_open = open_cap(self.weight, max_episodes)
+            if getattr(type(probe), "concurrency", "none") == "none" and workers > 0:
+                probe.close()  # its instances live in the workers
+                self.host = WorkerHost(factory, workers, max_idle=max_idle_envs,
+                                       max_instances=self.max_open if self.weight.heavy else None)
+            else:
+                self.host = LocalHost(factory, probe, max_idle=max_idle_envs)
         self.info = self.host.info
         heavy = self.weight.heavy
         self.timeout_s = float(episode_timeout_s if episode_timeout_s is not None
@@ -158,7 +158,8 @@ class EpisodeTable:
         with self._lock:
             ep = self._episodes.get(eid)
         if ep is None:
-            raise RequestError(404, "not_found", f"no episode {eid!r} (closed, or abandoned for over {self.timeout_s:g} s)")
+            raise RequestError(404, "not_found",
+                               f"no episode {eid!r} (closed, or abandoned for over {self.timeout_s:g} s)")
         ep.last_used = time.monotonic()
         return ep
 
@@ -246,10 +247,12 @@ class EpisodeTable:
             raise RequestError(400, "request", f"options: expected an object, got {type(options).__name__}")
         split = options.get("split", "train")
         if split not in SPLITS:
-            raise RequestError(400, "request", f"options.split: expected one of {', '.join(SPLITS)}, got {_short(split)}")
+            raise RequestError(400, "request",
+                               f"options.split: expected one of {', '.join(SPLITS)}, got {_short(split)}")
         index = options.get("rollout_index", 0)
         if not (isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 2**31):
-            raise RequestError(400, "request", f"options.rollout_index: expected an integer 0..2**31-1, got {_short(index)}")
+            raise RequestError(400, "request",
+                               f"options.rollout_index: expected an integer 0..2**31-1, got {_short(index)}")
         self.reap()
         self._admit(client)
         try:
@@ -345,131 +348,42 @@ def _text(body: dict, key: str) -> str:
     return value
 
 
-# ---- WSGI ---------------------------------------------------------------------------------------------------------
-def wsgi_app(table: EpisodeTable, token: str | None = None) -> Callable:
-    """The WSGI application over ``table``; ``token`` (when set) is required as ``Authorization: Bearer``.
+# ---- the table in this process: the rollout's "process" envs -------------------------------------------------------
+class TableTransport:
+    """The ``remote`` env's transport into an ``EpisodeTable`` of this process: the protocol without a socket."""
 
-    A client is its address plus the ``X-Ragen-Client`` id the ``remote`` env sends (one per process): the per-client
-    cap counts episodes by it."""
-    expected = f"Bearer {token}".encode() if token else None
+    def __init__(self, table: EpisodeTable, where: str):
+        self.table, self.where = table, where
 
-    def app(environ: dict, start_response: Callable) -> list[bytes]:
-        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/")
-        try:
-            if expected is not None and path.strip("/") != "health":
-                given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
-                if not hmac.compare_digest(given, expected):
-                    raise RequestError(401, "auth", "missing or wrong token (Authorization: Bearer ...)")
-            client = f"{environ.get('REMOTE_ADDR', '')}/{environ.get('HTTP_X_RAGEN_CLIENT', '')[:MAX_CLIENT_ID]}"
-            status, payload = table.dispatch(method, path, _read_json(environ), client=client)
-            data = json.dumps(jsonable(payload), allow_nan=False).encode()
-        except RequestError as exc:
-            status, data = exc.status, _error_json(exc.kind, one_line(str(exc)))
-        except Exception as exc:  # noqa: BLE001 - a bug of the server: one logged line and a JSON 500, no traceback
-            log.error("env_server_error", path=path, error=f"{type(exc).__name__}: {exc}")
-            status, data = 500, _error_json("internal", f"internal error: {type(exc).__name__}")
-        start_response(f"{status} {_REASONS.get(status, 'Error')}",
-                       [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
-        return [data]
+    def call(self, method: str, path: str, body: dict | None = None) -> Any:
+        status, payload = self.table.dispatch(method, path, body)
+        raise_for(self.where, status, payload)
+        return payload
 
-    return app
+    def close(self) -> None:
+        """The table is shared by several envs: its ``ProcessEnvPool`` closes it."""
 
 
-def _error_json(kind: str, message: str) -> bytes:
-    return json.dumps({"error": message, "kind": kind}).encode()
+class ProcessEnvPool:
+    """One env variant in ``workers`` worker processes for the rollout of this process (envs declaring "process",
+    ``rollout.env_workers`` > 1); ``make()`` returns a ``RemoteEnv`` whose episodes go to the least busy worker.
 
+    An env failing, or a worker dying, fails that episode with a ``RemoteEnvError`` (the rollout drops and counts
+    it, as for any env); a dead worker is replaced at the next episode."""
 
-_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-            405: "Method Not Allowed", 409: "Conflict", 413: "Payload Too Large", 422: "Unprocessable Entity",
-            429: "Too Many Requests", 500: "Internal Server Error"}
+    def __init__(self, name: str, factory: Callable[[], Env], workers: int):
+        self.name = name
+        # one client (this process) and no idle time-out: the rollout closes what it opens; the env's own
+        # episode_weight still caps open episodes and asks for free memory
+        self.table = EpisodeTable(factory, workers=workers, in_workers=True, episode_timeout_s=float("inf"),
+                                  max_episodes=2**31 - 1)
+        self.table.host.wait_ready()  # every worker serves from the first round
+        self._where = f"the env worker processes of {name}"
 
+    def make(self) -> Env:
+        env = RemoteEnv(RemoteConfig(), transport=TableTransport(self.table, self._where))
+        env.name = self.name
+        return env
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _read_json(environ: dict) -> Any:
-    try:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        raise RequestError(400, "request", "bad Content-Length") from None
-    if length > MAX_BODY:
-        raise RequestError(413, "request", f"body over {MAX_BODY} bytes")
-    raw = environ["wsgi.input"].read(length) if length > 0 else b""
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, NaN, an integer of > 4,300 digits, too deep
-        raise RequestError(400, "request", f"the body is not JSON: {str(exc)[:200]}") from None
-
-
-def check_token(token: str | None, *, name: str, host: str, weight: EpisodeWeight, insecure: bool = False) -> str | None:
-    """The token to require, or None; refuses an empty token, and no token where one is needed (``insecure``: allowed,
-    with a warning): on a host other than loopback, or for an env whose episodes hold a process."""
-    from ragen.envs.net import is_loopback
-
-    if token is not None:
-        if not token.strip():
-            raise ConfigError("token: empty; set a non-empty token (e.g. `export RAGEN_ENV_TOKEN=$(openssl rand -hex 16)`)")
-        if token != token.strip() or not (token.isascii() and token.isprintable()):
-            raise ConfigError("token: use printable ASCII without spaces around it (it travels in an HTTP header)")
-        return token
-    needs = ([f"it listens on {host} (beyond this machine)"] if not is_loopback(host) else []) + (
-        [f"each episode of {name} holds a process (episode_weight)"] if weight.processes > 0 else [])
-    if not needs:
-        return None
-    if not insecure:
-        raise ConfigError(f"serving {name} needs a token: {', and '.join(needs)}; set $RAGEN_ENV_TOKEN "
-                          "(clients send the same), or pass --insecure to serve without one")
-    log.warning("env_server_insecure", env=name, reason=", and ".join(needs),
-                note="no token: anyone who reaches the port can run episodes")
-    return None
-
-
-def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                insecure: bool = False, threads: int = 16, workers: int = DEFAULT_WORKERS,
-                episode_timeout_s: float | None = None, max_episodes: int = 1024, max_client_episodes: int | None = None,
-                min_free_mb: float | None = None, connection_limit: int = 100) -> Any:
-    """A waitress server (not yet running) serving env ``name``; ``server.table`` is its ``EpisodeTable``.
-
-    The env is built once here (its options checked, its ``episode_weight`` read) before anything else starts;
-    ``check_token`` then decides whether a token is required. ``workers``: processes for an env not declared
-    concurrency-safe; ``max_client_episodes`` None: ``client_cap``; the other caps: ``EpisodeTable``."""
-    import waitress
-
-    factory = EnvFactory(name, options)
-    try:
-        probe = factory()  # wrong options fail here, before anything listens
-    except RagenError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a plugin failing to build its env: one line, no traceback
-        raise ConfigError(f"{name}: cannot build the env: {type(exc).__name__}: {exc}") from None
-    try:
-        token = check_token(token, name=name, host=host, weight=weight_of(type(probe)), insecure=insecure)
-    except ConfigError:
-        probe.close()
-        raise
-    weight = weight_of(type(probe))
-    table = EpisodeTable(factory, probe=probe, episode_timeout_s=episode_timeout_s, max_episodes=max_episodes,
-                         max_client_episodes=client_cap(weight, max_episodes) if max_client_episodes is None
-                         else max_client_episodes, min_free_mb=min_free_mb, workers=workers)
-    try:
-        server = waitress.create_server(wsgi_app(table, token), host=host, port=port, threads=threads,
-                                        max_request_body_size=MAX_BODY, channel_timeout=max(60.0, table.timeout_s),
-                                        connection_limit=connection_limit, ident="ragen-env", expose_tracebacks=False)
-    except OSError as exc:
-        table.close()
-        raise ConfigError(f"--host/--port: cannot listen on {host}:{port}: {exc}") from None
-    server.table = table
-    _start_reaper(table)
-    return server
-
-
-def _start_reaper(table: EpisodeTable) -> None:
-    """A daemon thread that closes abandoned episodes even when no request comes; it ends with the table."""
-    def loop() -> None:
-        while not table.closed.wait(max(0.5, min(60.0, table.timeout_s / 4))):
-            table.reap()
-
-    threading.Thread(target=loop, name="ragen-env-reaper", daemon=True).start()
+    def close(self) -> None:
+        self.table.close()

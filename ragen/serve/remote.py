@@ -22,8 +22,8 @@ from ragen.config.fields import AT_LEAST_1
 from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option
 from ragen.contract.hookspecs import hookimpl
 from ragen.errors import ConfigError, RemoteEnvError
+from ragen.serve.net import TOKEN_ENV, is_loopback
 
-TOKEN_ENV = "RAGEN_ENV_TOKEN"
 #: this process's id for the server's per-client cap (``X-Ragen-Client``): every remote env of a trainer is one client
 CLIENT_ID = f"{os.getpid()}-{secrets.token_hex(4)}"
 BUDGET_KEYS = ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "max_tokens", "response_length")
@@ -37,8 +37,8 @@ class RemoteConfig(EnvConfig):
     token: str = option("", f"Shared token the server was started with (--token); empty: ${TOKEN_ENV} or none.")
     timeout_s: float = option(60.0, "Seconds per request; a server silent for longer fails the episode.",
                               validator=attrs.validators.gt(0))
-    max_connections: int = option(8, "Connections to the server at most, shared by every remote env of this process with "
-                                  "the same url and token (more requests at once wait for a free one).",
+    max_connections: int = option(8, "Connections to the server at most, shared by every remote env of this process "
+                                  "with the same url and token (more requests at once wait for a free one).",
                                   range=AT_LEAST_1)
     allow_unreachable: bool = option(True, "The served env checks its own budget; the client takes it as is.")
 
@@ -109,8 +109,6 @@ class HttpTransport:
 
     def __init__(self, url: str, token: str = "", timeout_s: float = 60.0, max_connections: int = 8):
         import requests
-
-        from ragen.envs.net import is_loopback
 
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:

@@ -1,4 +1,4 @@
-"""Envs over HTTP (issue 14): `ragen serve-env`, the `remote` env, bad requests, concurrency, lost servers."""
+"""Envs over HTTP: `ragen serve-env`, the `remote` env, bad requests, concurrency, lost servers."""
 
 import json
 import os
@@ -16,9 +16,9 @@ import requests
 
 import ragen
 from ragen.envs.checker import check_env
-from ragen.envs.server import make_server
 from ragen.errors import RemoteEnvError
 from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, SamplingParams, run_rollout
+from ragen.serve.http import make_server
 
 ENV = "frozenlake"
 
@@ -149,7 +149,8 @@ def test_many_concurrent_episodes_no_5xx(served):
         eid = r.json()["episode"]
         for action in ("Left", "Down", "bogus"):
             codes.append(_post(url, f"/episodes/{eid}/step", {"action": action}).status_code)
-        codes.append(_post(url, f"/episodes/{eid}/step", raw=b"{", headers={"Content-Type": "application/json"}).status_code)
+        codes.append(_post(url, f"/episodes/{eid}/step", raw=b"{",
+                           headers={"Content-Type": "application/json"}).status_code)
         codes.append(_post(url, f"/episodes/{eid}", method="DELETE").status_code)
         return codes
 
@@ -223,7 +224,8 @@ class PeakConnections:
 
 def test_remote_envs_share_one_bounded_connection_pool():
     """150 open remote episodes (more than waitress's 100-connection limit) over a pool of at most 8 connections;
-    closing the envs closes the connections (issue 26: one session per env exhausted the server)."""
+    closing the envs closes the connections (one session per env exhausted the server: waitress stops accepting at
+    100 connections)."""
     s = Served()
     try:
         with PeakConnections(s) as conns:
@@ -258,6 +260,16 @@ class KillingEngine:
 
         self.inner, self.served, self.rounds = ExpertEngine(tok, fmt.eos_id), served, 0
         self.eos_token_ids = self.inner.eos_token_ids
+        self.logprobs_exact = False
+
+    def generate(self, prompts, params):
+        return self.inner.generate(prompts, params)
+
+    def sync_weights(self, model):
+        return {}
+
+    def close(self):
+        pass
 
     def generate_for_envs(self, envs, prompts, params):
         self.rounds += 1
@@ -286,7 +298,8 @@ def test_lost_server_fails_those_episodes_and_the_rollout_goes_on(tok, workers):
     try:
         with EnvGroups(specs, group_size=2) as groups:
             engine = KillingEngine(tok, fmt, lost)
-            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt, env_workers=workers))
+            res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=0),
+                              RolloutSettings(chat_format=fmt, env_workers=workers))
         assert res.failed_envs == 4 and len(res.trajectories) == 4
         assert all("lost the env server" in e for e in res.errors)
         assert {t.group_id for t in res.trajectories} == {0, 1}
@@ -337,22 +350,25 @@ def test_cli_train_against_a_served_env_and_check_env(tmp_path):
 
 @pytest.mark.slow
 def test_cli_run_remote_with_the_default_model_and_warm_start(tmp_path):
-    """`ragen run --env remote` as issue 26 ran it: the default (built-in) model, so a warm start whose expert demos open
+    """`ragen run --env remote` as a user runs it: the default (built-in) model, so a warm start whose expert demos open
     one remote env per episode. The server accepts 4 connections (waitress's 100, scaled down): one connection per
     env stalled it; the shared pool keeps to one."""
     s = Served("sokoban", connection_limit=6)  # waitress counts its listener and trigger: 4 client connections
     try:
         with PeakConnections(s) as conns:
             r = subprocess.run(
-                [sys.executable, "-m", "ragen", "run", "--env", "remote", f"env.options.url={s.url}", "env.options.timeout_s=20",
+                [sys.executable, "-m", "ragen", "run", "--env", "remote", f"env.options.url={s.url}",
+                 "env.options.timeout_s=20",
                  "warmstart.episodes=12", "warmstart.epochs=1", "trainer.steps=1", "rollout.n_groups=2",
-                 "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "rollout.response_length=16", "trainer.test_freq=0",
+                 "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2",
+                 "rollout.response_length=16", "trainer.test_freq=0",
                  "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"],
                 capture_output=True, text=True, timeout=600)  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
         rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines() if x]
         assert rows[-1]["step"] == 1 and rows[-1]["rollout/failed_envs"] == 0
-        assert json.loads((tmp_path / "r" / "model-source" / "warmstart" / "warmstart.json").read_text())["metrics"]["sft/demos"] == 12
+        record = tmp_path / "r" / "model-source" / "warmstart" / "warmstart.json"
+        assert json.loads(record.read_text())["metrics"]["sft/demos"] == 12
         assert 1 <= conns.peak <= 4, conns.peak
         assert conns.settle(0) == 0
     finally:
@@ -365,14 +381,16 @@ def test_cli_run_reports_episodes_lost_when_the_server_dies(tmp_path):
     run = subprocess.Popen(
         [sys.executable, "-m", "ragen", "run", "--env", "remote", "--algo", "grpo", "--model", "tiny", "--no-warmstart",
          f"env.options.url={url}", "trainer.steps=50", "rollout.n_groups=2", "rollout.group_size=2",
-         "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "rollout.response_length=24", "trainer.test_freq=0", "logging.progress=false",
+         "rollout.n_val_groups=2", "rollout.n_paired_levels=2", "rollout.response_length=24", "trainer.test_freq=0",
+         "logging.progress=false",
          f"logging.run_dir={tmp_path}", "logging.name=r"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = tmp_path / "r" / "metrics.jsonl"
     try:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and run.poll() is None:
-            if metrics.is_file() and any(json.loads(x).get("step", 0) >= 1 for x in metrics.read_text().splitlines() if x):
+            lines = metrics.read_text().splitlines() if metrics.is_file() else []
+            if any(json.loads(x).get("step", 0) >= 1 for x in lines if x):
                 break
             time.sleep(0.5)
         proc.kill()  # the env server dies mid-run
