@@ -1,4 +1,4 @@
-"""A busy machine costs its share, not 10x (issue 25): the warm start and an RL step of the main job's model (the
+"""A busy machine costs its share, not 10x: the warm start and an RL step of the main job's model (the
 built-in `small`, sokoban, answer-only), idle and beside CPU-bound processes, at each thread setting.
 
 One fresh `ragen run --env sokoban --algo grpo` per cell, with the warm start trained in the run (its cache off) at a

@@ -1,4 +1,4 @@
-"""Filter benchmark (issue 6): grpo vs starpo-s vs ppo on frozenlake-slippery, same warm-started tiny model, equal
+"""Filter benchmark: grpo vs starpo-s vs ppo on frozenlake-slippery, same warm-started tiny model, equal
 wall time per algorithm.
 
 One expert warm start (`ragen sft`, noise 0.3) is shared by the three runs; each run then trains for the same

@@ -1,4 +1,5 @@
-"""GPU throughput of a ragen step on a ~0.5B-parameter Qwen2 model with random weights (issue 13's GPU check).
+"""GPU throughput of a ragen step on a ~0.5B-parameter Qwen2 model with random weights: the GPU check
+of a whole step (rollout and update).
 
 Builds a Qwen2-architecture model from a config (no download: 28 layers, hidden 1024, 16 query / 2 KV heads,
 MLP 4864, the built-in 1,024-token tokenizer, tied embeddings: about 0.49 B parameters), saves it as a normal HF

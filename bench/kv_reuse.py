@@ -5,8 +5,8 @@ The same multi-turn rollout (same seeds, greedy, so both runs sample the same id
 the new tokens after the kept keys/values. For the re-encoding run the table also shows a bare forward pass over each
 turn's prompts (the prefill that reuse avoids after turn 1).
 
-A second part (issue 13) measures the engine before and after that issue on sampled multi-turn rollouts (64
-trajectories x 5 turns, temperature 1, seeded): generated tokens per second of generate time, interleaved, median
+A second part measures the engine before and after it kept the cache across turns on sampled multi-turn rollouts
+(64 trajectories x 5 turns, temperature 1, seeded): generated tokens per second of generate time, interleaved, median
 of the repeats, with the sampled ids compared. `--multiturn-only` runs just that part and adds it to the JSON.
 
     python bench/kv_reuse.py [--model tiny|PATH] [--env frozenlake-slippery] [--groups 4] [--group-size 4] [--repeats 3]
@@ -100,8 +100,8 @@ def old_engine_class(commit: str):
 
 
 def multiturn(model, tok, args) -> dict:
-    """Sampled multi-turn rollouts (temperature 1, seeded) with the engine before issue 13 (``--before``) and now:
-    generated tokens per second of generate time, runs interleaved, median of ``--repeats``."""
+    """Sampled multi-turn rollouts (temperature 1, seeded) with the engine before it kept the cache across turns
+    (``--before``) and now: generated tokens per second of generate time, runs interleaved, median of ``--repeats``."""
     engines = {"before": old_engine_class(args.before), "after": HFEngine}
     runs: dict[str, list] = {k: [] for k in engines}
     ids: dict[str, list] = {}
@@ -141,7 +141,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "kv_reuse.json")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--multiturn-only", action="store_true", help="Only the before/after multi-turn rollouts.")
-    ap.add_argument("--before", default="912ee4a", help="Commit whose HFEngine is 'before' (the one before issue 13).")
+    ap.add_argument("--before", default="912ee4a",
+                    help="Commit whose HFEngine is 'before' (the last one before the cache was kept across turns).")
     ap.add_argument("--mt-groups", type=int, default=16)
     ap.add_argument("--mt-group-size", type=int, default=4)
     ap.add_argument("--mt-new-tokens", type=int, default=48)

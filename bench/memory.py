@@ -1,4 +1,4 @@
-"""Memory and collapse-diagnostics cost of the main job (issue 25): `ragen run --env sokoban --algo grpo`.
+"""Memory and collapse-diagnostics cost of the main job: `ragen run --env sokoban --algo grpo`.
 
 Runs the job in a child process (the warm start comes from $RAGEN_CACHE_DIR when cached), samples its resident memory
 every 0.2 s and reads each step row's `perf/rss_mb`, `perf/peak_rss_mb` and CPU seconds per phase. Prints the peak

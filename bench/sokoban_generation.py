@@ -14,7 +14,7 @@ shared machine) and as wall time. RAGEN's own generator (not on PyPI) measured 0
 
 Distribution. For each 1- and 2-box variant: the optimal move count of its levels (histogram, mean, <= 3 and
 one-move shares), the one-push share and the share of levels starting with a box on a target, next to RAGEN's
-figures measured in issue 17 on its own generator (6x6: mean 3.98 moves, 8.2% one-move levels; 8x8 2 boxes:
+figures, measured on RAGEN's own generator (6x6: mean 3.98 moves, 8.2% one-move levels; 8x8 2 boxes:
 mean 5.9 moves, 12% need <= 3 moves, no one-push level, no box on a target).
 
     python bench/sokoban_generation.py [--n 1000] [--reps 5] [--chunk 50] [--dist-n 1000]
@@ -57,7 +57,7 @@ for line in sys.stdin:
             pass
     print(time.perf_counter() - t, time.process_time() - c, ok, flush=True)
 """
-#: RAGEN's generator on the same questions (issue 17, measured on its own code): variant -> figures
+#: RAGEN's generator on the same questions (measured on its own code): variant -> figures
 RAGEN_REFERENCE = {
     "sokoban": {"mean_moves": 3.98, "one_move_share": 0.082, "box_on_target_share": 0.0},
     "sokoban-large": {"mean_moves": 5.9, "le3_share": 0.12, "one_push_share": 0.0, "box_on_target_share": 0.0},
@@ -203,7 +203,7 @@ def distribution(args) -> list[dict]:
         ref = RAGEN_REFERENCE.get(name)
         if ref:
             cells = "  ".join(f"{k}={v:g}" for k, v in ref.items())
-            print(f"{'  RAGEN (issue 17)':<22}{cells}")
+            print(f"{'  RAGEN (its generator)':<22}{cells}")
             row["ragen_reference"] = ref
         out.append(row)
     return out

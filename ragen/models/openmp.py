@@ -1,18 +1,19 @@
-"""How torch's OpenMP threads wait, chosen before torch loads (issue 25: a busy machine costs its share, not 10x).
+"""How torch's OpenMP threads wait, chosen before torch loads, so that a busy machine costs a run its share of the
+cores and not a multiple of its idle time.
 
 libgomp (torch's OpenMP on Linux) reads its wait policy once, when torch is imported. Unset, a thread that reaches a
 barrier spins for up to 300,000 rounds (milliseconds) before it sleeps. On cores shared with other CPU-bound work the
-spinning thread burns the time slice its partner needs, and every parallel region waits for a descheduled thread: the
-main job's RL step ran 15.6x and its warm start 4.3x slower beside two busy loops on 2 cores (bench/busy_machine.py,
-docs/performance.md). So ``import ragen`` (which loads no torch) sets, unless the user chose already:
+spinning thread burns the time slice its partner needs, and every parallel region waits for a descheduled thread. So
+``import ragen`` (which loads no torch) sets, unless the user chose already:
 
 * ``OMP_WAIT_POLICY=passive`` when other tasks are running now and some of torch's threads (``OMP_NUM_THREADS``, else
-  one per core) would share a core with them (threads sleep at once at a barrier): beside two
-  busy loops the warm start and an RL step took 1.5x / 2.0x their idle time, for 5-15% more on an idle machine;
+  one per core) would share a core with them: threads sleep at once at a barrier, which costs a little on an idle
+  machine and much less than spinning on a busy one;
 * ``GOMP_SPINCOUNT=10000`` otherwise (spin a fraction of a millisecond, then sleep): as fast as the default when idle,
-  and a machine that becomes busy later costs 2.6x / 2.8x instead of 4.3x / 15.6x.
+  and far cheaper than the default if the machine becomes busy later.
 
 A wait policy the user set (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) wins, and nothing changes once torch is loaded.
+The measurements behind the choice (``bench/busy_machine.py``) are in docs/notes/2026-11-27-openmp-wait-policy.md.
 """
 
 from __future__ import annotations

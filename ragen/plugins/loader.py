@@ -107,7 +107,9 @@ def _load_entry_points() -> None:
     _state.entry_points_loaded = True
     for module_name in DEFAULT_PLUGINS:  # the core's own components, always present, before any entry point
         module = importlib.import_module(module_name)
-        _add_plugin(module, PluginInfo(module_name, "ragen", _version("ragen"), module_name))
+        # "0+unknown": a PEP 440 version that sorts below every release, so listings still show a version
+        version = distribution_version("ragen") or "0+unknown"
+        _add_plugin(module, PluginInfo(module_name, "ragen", version, module_name))
     seen: set[str] = set()
     for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if ep.name in seen or not _allowed(ep):
@@ -178,11 +180,13 @@ def _mark_broken(name: str, dist: str, version: str, error: str) -> None:
     warnings.warn(f"ragen plugin {dist!r} is broken and was skipped: {error}", PluginWarning, stacklevel=3)
 
 
-def _version(dist: str) -> str:
+def distribution_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``, or None when it is not installed (a source checkout on
+    ``PYTHONPATH``); each caller says what stands for a missing version in what it writes."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
+        return None
 
 
 #: distributions whose names no plugin may take: the core's own (its default plugins) and the algorithms it depends on

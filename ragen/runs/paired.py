@@ -1,5 +1,5 @@
-"""The before/after comparison of a run, level by level (issue 24): the same held-out levels played greedily before RL
-and after it, one episode each, so the change is measured on the levels whose outcome changed.
+"""The before/after comparison of a run, level by level: the same held-out levels played greedily before RL and after
+it, one episode each, so the change is measured on the levels whose outcome changed.
 
 With ``n`` levels played both times, ``c`` of them solved only after RL ("better") and ``b`` solved only before
 ("worse"), the paired change of the success rate is ``(c - b) / n``. Its standard error is McNemar's,

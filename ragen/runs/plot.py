@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ragen.errors import ConfigError, RagenError, did_you_mean
 
-#: the curves RL researchers judge a run by (issue 15); the report draws those present in a run
+#: the curves RL researchers judge a run by; the report draws those present in a run
 KEY_METRICS = (
     "rollout/success",
     "rollout/optimal_action_rate",

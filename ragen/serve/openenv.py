@@ -45,7 +45,7 @@ import attrs
 from ragen.contract.env import Env
 from ragen.errors import ConfigError, RagenError
 from ragen.plugins.components import list_envs
-from ragen.plugins.loader import get_registry
+from ragen.plugins.loader import distribution_version, get_registry
 from ragen.serve.hosts import EnvFactory, LocalEnv, LocalHost, RequestError, json_safe, weight_of
 from ragen.serve.http import check_token, token_from_environment
 from ragen.serve.net import MAX_ACTION_CHARS
@@ -181,13 +181,6 @@ def _episode_id() -> str:
     return secrets.token_hex(8)
 
 
-def _version() -> str:  # TODO(version): one distribution_version() for the whole core
-    try:
-        return importlib.metadata.version("ragen")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
-
-
 def _readme(name: str, description: str, env: Env) -> str:
     cfg = env.config
     lines = [f"# {name} (ragen)", "", description, "", "## Instructions", "", env.instructions or "(none)", ""]
@@ -242,8 +235,10 @@ def make_openenv_app(name: str, options: dict | None = None, *, token: str | Non
     factory = EnvFactory(name, dict(options or {}))
     probe = factory()  # fails here, before serving, when the env or its options are wrong
     description = next((c.description for c in list_envs() if c.name == name), "") or ""
+    # "0" where ragen is not installed (a checkout on PYTHONPATH): OpenEnv's metadata needs a version string
+    version = distribution_version("ragen") or "0"
     metadata = EnvironmentMetadata(name=name, description=description or probe.instructions or f"ragen env {name}",
-                                   readme_content=_readme(name, description, probe), version=_version())
+                                   readme_content=_readme(name, description, probe), version=version)
     served = ServedEnv(name, metadata, LocalHost(factory, probe, max_idle=MAX_IDLE_ENVS))
     app = create_app(lambda: RagenEnvironment(served), RagenAction, RagenObservation, env_name=name,
                      concurrency_config=ConcurrencyConfig(max_concurrent_envs=int(max_sessions),

@@ -9,7 +9,6 @@ python, torch, transformers, deepspeed, the device and the seed.
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import Any
 
 from ragen.config import RunConfig, converter, to_dict
 from ragen.plugins.components import component_config, preset_with
-from ragen.plugins.loader import get_registry
+from ragen.plugins.loader import distribution_version, get_registry
 
 #: libraries whose versions change what a run computes
 LIBRARIES = ("torch", "transformers", "deepspeed", "accelerate", "peft", "numpy", "vllm")
@@ -58,7 +57,8 @@ def resolved_config(cfg: RunConfig) -> dict:
         data["env"]["options"] = resolved_options("env", cfg.env.name, cfg.env.options, "env.options")
     for section in ("train", "val"):  # multi-env runs list their envs, each with its own options and parser
         for i, entry in enumerate(data["env"].get(section) or ()):
-            entry["options"] = resolved_options("env", entry["name"], entry.get("options"), f"env.{section}[{i}].options")
+            entry["options"] = resolved_options("env", entry["name"], entry.get("options"),
+                                                f"env.{section}[{i}].options")
     return data
 
 
@@ -68,7 +68,7 @@ def run_info(cfg: RunConfig, device: Any) -> dict:
 
     return {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "ragen": _version("ragen"),
+        "ragen": distribution_version("ragen"),
         "git_commit": git_commit(),
         "plugins": {p.dist: p.version for p in loaded_plugins()},
         "components": _component_dists(cfg),
@@ -76,7 +76,7 @@ def run_info(cfg: RunConfig, device: Any) -> dict:
         "clashes": [f"{c.kind} {c.name!r}: {c.kept} (used), {c.refused} (refused)" for c in clashes()],
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "libraries": {name: _version(name) for name in LIBRARIES if _version(name) is not None},
+        "libraries": {name: v for name in LIBRARIES if (v := distribution_version(name)) is not None},
         "device": _device_name(device),
         "seed": cfg.trainer.seed,
         "command": " ".join(sys.argv),
@@ -92,7 +92,7 @@ def _component_dists(cfg: RunConfig) -> dict:
     out = {}
     for kind, name in used:
         dist = get_registry(kind).get(name).dist
-        out[f"{kind}:{name}"] = f"{dist} {_version(dist) or '?'}"
+        out[f"{kind}:{name}"] = f"{dist} {distribution_version(dist) or '?'}"
     return out
 
 
@@ -111,13 +111,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return head.stdout.strip() + ("+dirty" if dirty else "")
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _device_name(device: Any) -> str:

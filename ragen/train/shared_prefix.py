@@ -1,4 +1,4 @@
-"""The training forward pass with a group's shared prompt run once (issue 13).
+"""The training forward pass with a group's shared prompt run once, so a group pays for its prompt once, not per member.
 
 Every member of a group starts from the same first-turn prompt: in a single-turn env such as countdown that prompt is
 most of each row (about 290 of 350 tokens in ``bench/vs_trl.py``). ``shared_prefix_hidden`` runs the decoder on each

@@ -23,6 +23,11 @@ from pathlib import Path
 from ragen.config import RunConfig, to_dict
 from ragen.envs.resolved import ResolvedRun, as_resolved
 from ragen.log import log
+from ragen.plugins.loader import distribution_version
+
+#: what a key holds for a distribution that is not installed (a checkout on PYTHONPATH): the key's input since the
+#: first cache entries, so such a checkout finds the entries it made before
+NO_VERSION = "unknown"
 
 #: bump when the warm-start procedure changes what it produces for the same inputs
 CACHE_VERSION = 1
@@ -59,8 +64,8 @@ def key_inputs(run: ResolvedRun | RunConfig) -> dict:
         "env": cfg.env.name,
         # a rerun from a run's config.yaml, which lists every option, finds the same entry as the run it copies
         "env_options": resolved_options("env", cfg.env.name, cfg.env.options),
-        "env_plugin": [item.dist, _version(item.dist)],
-        "ragen": _version("ragen"),
+        "env_plugin": [item.dist, distribution_version(item.dist) or NO_VERSION],
+        "ragen": distribution_version("ragen") or NO_VERSION,
         "model": to_dict(cfg.model),
         "warmstart": warm,
         "parser": cfg.rollout.parser,
@@ -80,22 +85,13 @@ def _env_lists_key(run: ResolvedRun) -> dict:
     train = []
     for p in run.train_plan:
         dist = run.envs[p.name].dist
-        train.append([p.name, p.options, p.n_groups, p.parser, dist, _version(dist)])
+        train.append([p.name, p.options, p.n_groups, p.parser, dist, distribution_version(dist) or NO_VERSION])
     return {"train": train, "corpus": list(run.env_names)}
 
 
 def cache_key(run: ResolvedRun | RunConfig) -> str:
     blob = json.dumps(key_inputs(run), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
-
-
-def _version(dist: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def prepare(run: ResolvedRun | RunConfig, run_dir: Path) -> tuple[Path, dict]:

@@ -74,8 +74,9 @@ def test_cache_key_ignores_what_the_warm_start_does_not_use():
 def test_cache_key_changes_with_the_env_plugins_version(monkeypatch):
     cfg = load_config(overrides=["env.name=frozenlake", *FAST])
     before = warmstart.cache_key(cfg)
-    real = warmstart._version
-    monkeypatch.setattr(warmstart, "_version", lambda dist: "99.0" if dist == "ragen-frozenlake" else real(dist))
+    real = warmstart.distribution_version
+    monkeypatch.setattr(warmstart, "distribution_version",
+                        lambda dist: "99.0" if dist == "ragen-frozenlake" else real(dist))
     assert warmstart.cache_key(cfg) != before
 
 

@@ -8,9 +8,9 @@ never the row order. Statistics are computed in float64.
 from __future__ import annotations
 
 import attrs
-import torch
 
 from ragen import AdvantageInput, AdvantageOutput, option
+from ragen_algos.lazy import torch  # imported at the first estimate: listing this plugin's names loads no torch
 
 
 # ---- shared pieces -------------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ class RewardNormConfig:
 
     method: str = option("mean_std", "identity, mean (R - mu), mean_std ((R - mu)/(sigma + 1e-6), sigma unbiased) or "
                          "asym_clip (mean_std clamped to [-1, 3]).", validator=_one_of(METHODS))
-    grouping: str = option("group", "Units: group (same seed; RAGEN 'state'), variant (env name; 'inductive') or batch.",
-                           validator=_one_of(GROUPINGS))
+    grouping: str = option("group", "Units: group (same seed; RAGEN 'state'), variant (env name; 'inductive') "
+                                    "or batch.", validator=_one_of(GROUPINGS))
 
 
 def units(inp: ShapeInput, grouping: str) -> list:
@@ -100,7 +100,8 @@ def _between(lo: float, hi: float):
 
 @attrs.frozen(kw_only=True)
 class PotentialConfig:
-    """Potential-based turn credit (Ng, Harada & Russell 1999) from ``Env.potential()`` (issue 24)."""
+    """Potential-based turn credit (Ng, Harada & Russell 1999) from ``Env.potential()``: credit for
+    progress within an episode that cannot change which policy is optimal."""
 
     gamma: float = option(1.0, "Discount between turns in gamma * Phi(s') - Phi(s): the estimator's discount between "
                                "turns (bi-level-gae: high_level_gamma; turn-gae with gamma 1: 1.0). With 1.0 the terms "

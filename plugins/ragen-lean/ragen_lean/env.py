@@ -9,12 +9,12 @@ Rewards (RAGEN): per tactic ``step_penalty`` (-0.1), plus ``valid_step_reward`` 
 (+10) on completion; reaching ``max_actions_per_episode`` tactics unsolved adds ``max_steps_penalty`` (-2) and
 truncates (**FIX**: RAGEN's 100-step limit exceeds its 30-action budget, so its -2 never fires).
 
-**FIX** (issue 26), the progress reward cannot be farmed: ``valid_step_reward`` pays only a tactic that reaches a goal
-state not seen before in the episode (``pose (x := 0). || clear x.`` alternates between two states and earns once),
-and at most ``max_progress_reward`` (5) per episode in all; the tactic that completes the proof is paid whatever is
-left of it. So every proof earns the same progress reward whatever junk it carries, and an unproved episode earns at
-most ``max_progress_reward`` < ``success_reward``: 30 tactics of fresh states (``pose proof I as h1.``, ``h2``...)
-score 5 - 3 - 2 = 0 against about +14 for a proof (RAGEN: +25 against +15.4).
+**FIX** (no-op and cycling tactics farmed it), the progress reward cannot be farmed: ``valid_step_reward`` pays only a
+tactic that reaches a goal state not seen before in the episode (``pose (x := 0). || clear x.`` alternates between two
+states and earns once), and at most ``max_progress_reward`` (5) per episode in all; the tactic that completes the proof
+is paid whatever is left of it. So every proof earns the same progress reward whatever junk it carries, and an unproved
+episode earns at most ``max_progress_reward`` < ``success_reward``: 30 tactics of fresh states (``pose proof I as h1.``,
+``h2``...) score 5 - 3 - 2 = 0 against about +14 for a proof (RAGEN: +25 against +15.4).
 """
 
 from __future__ import annotations

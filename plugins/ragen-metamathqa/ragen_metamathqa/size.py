@@ -1,4 +1,5 @@
-"""How big an answer is, read from its text alone: refuse what no symbolic check should be asked (issues 16, 26).
+"""How big an answer is, read from its text alone: refuse what no symbolic check should be asked
+(a huge power such as 9^{9^{9^{9}}} cost seconds per step to check).
 
 math-verify and sympy spend seconds to minutes on short answers such as ``9^{9^{9}}``, ``\\binom{10^9}{5*10^8}``,
 ``(x+1)^{9999}`` or ``9999!!`` (which both read as ``(9999!)!``): they compute the number, expand the power, or cancel

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
 
 from ragen_searchqa.data import Doc
+
+if TYPE_CHECKING:  # bm25s (and tqdm, asyncio under it) loads when an index is built: listing the env needs none of it
+    import bm25s
 
 try:  # the stemmer is optional (environments.md §9); without it terms are matched unstemmed
     import Stemmer
@@ -49,11 +52,15 @@ class BM25Index:
         return self.stemmer is not None
 
     def tokenize(self, texts: list[str]) -> list[list[str]]:
+        import bm25s
+
         tokens = bm25s.tokenize(texts, lower=True, stopwords="en", stemmer=self.stemmer, return_ids=False,
                                 show_progress=False)
         return [[t for t in doc if t] for doc in tokens]
 
     def _build(self, texts: list[str]) -> bm25s.BM25:
+        import bm25s
+
         index = bm25s.BM25(method=METHOD, k1=K1, b=B)
         index.index(self.tokenize(texts), show_progress=False)
         return index

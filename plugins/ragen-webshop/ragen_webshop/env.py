@@ -14,16 +14,18 @@ import random
 import re
 import weakref
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 from ragen_webshop_server.catalogue import SOURCES, CatalogueSpec
 from ragen_webshop_server.search import keywords_of
 
 from ragen import ConfigError, Env, EnvConfig, Expert, option
-from ragen_webshop import service
-from ragen_webshop.browser import ShopError, TextBrowser
 from ragen_webshop.solver import explain, next_actions
+
+if TYPE_CHECKING:  # the server and the browser (requests, BeautifulSoup) load when an env is made, not listed
+    from ragen_webshop import service
+    from ragen_webshop.browser import TextBrowser
 
 SPLIT_SCHEMES = ("fraction", "ragen")
 NOUN_EXTRACTORS = ("auto", "simple", "spacy")
@@ -192,6 +194,9 @@ class WebShopEnv(Env):
 
     def __init__(self, config: WebShopConfig | None = None, render_mode: str | None = "ansi"):
         super().__init__(config, render_mode)
+        from ragen_webshop import service
+        from ragen_webshop.browser import ShopError, TextBrowser
+
         cfg = self.config
         cfg.check_files()
         self.procedural = cfg.source == "generated"  # user files may hold a handful of goals
@@ -347,6 +352,8 @@ class WebShopEnv(Env):
         return obs, reward, terminated, truncated, info
 
     def _drop_visit(self) -> None:
+        from ragen_webshop.browser import ShopError
+
         if self.visit is not None:
             try:
                 self.browser.api("DELETE", f"/api/visit/{self.visit}")

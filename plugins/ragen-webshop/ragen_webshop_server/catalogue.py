@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ragen_webshop_server.loader import load_items
-from ragen_webshop_server.products import Catalogue, sample_price, synthetic_goals
-from ragen_webshop_server.reward import normalize_color, option_matches
+# the catalogue's builders (and rapidfuzz under the reward) load when a catalogue is made: the webshop env imports
+# this module for its recipe (``CatalogueSpec``) to list itself
+if TYPE_CHECKING:
+    from ragen_webshop_server.products import Catalogue
 
 SOURCES = ("generated", "items")
 
@@ -49,6 +50,8 @@ class CatalogueSpec:
         return f"items/{Path(self.items_file or '').stem}"
 
     def build(self) -> Catalogue:
+        from ragen_webshop_server.loader import load_items
+
         if self.source == "generated":
             return generate_catalogue(self.catalogue_seed, self.num_products or 1000, self.max_goals_per_product)
         return load_items(self.items_file, self.instructions_file, self.reviews_file, seed=self.catalogue_seed,
@@ -254,6 +257,8 @@ def _texts(product: dict) -> list[str]:
 def _pick_options(t: ProductType, texts: list[str], rng: random.Random) -> dict[str, list[str]]:
     """2-4 values per dimension, keeping only values that a wrong choice cannot pass for: none occurs in the product's
     texts (WebShop's substring fallback) and no two match each other under the option-matching rule."""
+    from ragen_webshop_server.reward import normalize_color, option_matches
+
     kept: list[tuple[str, str]] = []
     options: dict[str, list[str]] = {}
     for dim, values in t.options.items():
@@ -312,6 +317,8 @@ def _product(cat: str, root: str, t: ProductType, rng: random.Random, titles: se
         "Attributes": attributes,
     }
     product["options"] = _pick_options(t, _texts(product), rng)
+    from ragen_webshop_server.products import sample_price
+
     product["price"] = sample_price(pricing, rng)
     return product
 
@@ -319,6 +326,8 @@ def _product(cat: str, root: str, t: ProductType, rng: random.Random, titles: se
 def generate_catalogue(seed: int = 0, num_products: int = 1000, max_goals_per_product: int = 4) -> Catalogue:
     """``num_products`` products of random types over the five categories, each with 1-4 goals (1-3 of its attributes,
     one option combination each, a WebShop price cap); everything from ``random.Random(seed)``."""
+    from ragen_webshop_server.products import Catalogue, synthetic_goals
+
     rng = random.Random(seed)
     types = all_types()
     products, goals, titles, asins = [], [], set(), set()

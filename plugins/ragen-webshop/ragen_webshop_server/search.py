@@ -7,7 +7,6 @@ import re
 import threading
 from functools import lru_cache
 
-import bm25s
 import numpy as np
 
 SEARCH_RETURN_N = 50
@@ -25,6 +24,9 @@ def document(product: dict) -> str:
 
 class SearchIndex:
     def __init__(self, products: list[dict], k1: float = 1.5, b: float = 0.75):
+        import bm25s  # here, not at the top: the webshop env imports this module to list itself, and needs no index
+
+        self._tokenize = bm25s.tokenize
         corpus = bm25s.tokenize([document(p) for p in products], stopwords="en", show_progress=False)
         self._bm25 = bm25s.BM25(method="lucene", k1=k1, b=b)
         self._bm25.index(corpus, show_progress=False)
@@ -33,7 +35,7 @@ class SearchIndex:
 
     def _search(self, keywords: tuple[str, ...], n: int = SEARCH_RETURN_N) -> tuple[int, ...]:
         """Catalogue indices of the best ``n`` products for ``keywords``, by score, then catalogue order."""
-        tokens = bm25s.tokenize([" ".join(keywords)], stopwords="en", return_ids=False, show_progress=False)[0]
+        tokens = self._tokenize([" ".join(keywords)], stopwords="en", return_ids=False, show_progress=False)[0]
         if not tokens:
             return ()
         with self._lock:
