@@ -4,6 +4,8 @@
 import os
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -18,3 +20,53 @@ from ragen.testing import TINY, ragen_cmd, run_two_steps  # noqa: E402, F401  (t
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# running the suite on several workers (pytest-xdist; addopts in pyproject.toml): `-n 0` runs it in one process
+# --------------------------------------------------------------------------------------------------------------
+
+#: at most this many workers for `-n auto`: each holds torch and starts `ragen run` subprocesses of its own, and the
+#: timing-sensitive tests (interrupts, deadlines) were written for a machine that is not oversubscribed many times
+MAX_WORKERS = 4
+
+#: modules whose tests take minutes (measured with --durations, docs/notes/2026-11-28-test-suite-speed.md): they go
+#: to the workers first, so the run does not end with one worker busy on them while the other idles
+LONG_FIRST = ("tests/runs/test_learning_gates.py",)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core this process may use, at most ``MAX_WORKERS``."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_WORKERS))
+
+
+def _shares_a_fixture(item) -> bool:
+    """Whether the test uses a module-, class- or package-scoped fixture: its module must then run on one worker, or
+    each worker that gets one of its tests builds the fixture again (a module's run of minutes, twice)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d and str(d[-1].scope) in ("module", "class", "package") for d in defs)
+
+
+def _rank(item) -> int:
+    """0: the modules of ``LONG_FIRST``; 1: marked slow; 2: in a group (bigger units go out before single tests);
+    3: the rest, which fill the workers' last minutes evenly."""
+    path = item.nodeid.split("::", 1)[0]
+    if any(path.endswith(name) for name in LONG_FIRST):
+        return 0
+    if item.get_closest_marker("slow") is not None:
+        return 1
+    return 2 if item.get_closest_marker("xdist_group") is not None else 3
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """Tests that share a module-scoped fixture form one xdist group per module; on a worker the longest tests come
+    first (a stable sort; the scheduler keeps this order with --no-loadscope-reorder). One process (``-n 0``)
+    keeps the files' order, as a reader expects."""
+    for item in items:
+        if _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if hasattr(config, "workerinput"):  # set on xdist's workers, whose collection the scheduler hands out
+        items.sort(key=_rank)
