@@ -4,8 +4,6 @@
 import os
 from pathlib import Path
 
-import pytest
-
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -31,7 +29,7 @@ SHARED = ROOT.parent / "shared"
 MAX_WORKERS = 4
 
 #: modules whose tests take minutes (measured with --durations, docs/notes/2026-11-28-test-suite-speed.md): they go
-#: to the workers first, so the run does not end with one worker busy on them while the other idles
+#: to the workers first
 LONG_FIRST = ("tests/runs/test_learning_gates.py",)
 
 
@@ -42,31 +40,32 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def _shares_a_fixture(item) -> bool:
-    """Whether the test uses a module-, class- or package-scoped fixture: its module must then run on one worker, or
-    each worker that gets one of its tests builds the fixture again (a module's run of minutes, twice)."""
+    """Whether the test uses a module-, class- or package-scoped fixture (a module's shared run, a built model)."""
     info = getattr(item, "_fixtureinfo", None)
     defs = info.name2fixturedefs.values() if info is not None else ()
     return any(d and str(d[-1].scope) in ("module", "class", "package") for d in defs)
 
 
-def _rank(item) -> int:
-    """0: the modules of ``LONG_FIRST``; 1: marked slow; 2: in a group (bigger units go out before single tests);
-    3: the rest, which fill the workers' last minutes evenly."""
-    path = item.nodeid.split("::", 1)[0]
-    if any(path.endswith(name) for name in LONG_FIRST):
-        return 0
-    if item.get_closest_marker("slow") is not None:
-        return 1
-    return 2 if item.get_closest_marker("xdist_group") is not None else 3
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks (--dist loadgroup)
-def pytest_collection_modifyitems(config, items):
-    """Tests that share a module-scoped fixture form one xdist group per module; on a worker the longest tests come
-    first (a stable sort; the scheduler keeps this order with --no-loadscope-reorder). One process (``-n 0``)
-    keeps the files' order, as a reader expects."""
+def _module_ranks(items) -> dict[str, int]:
+    """Per module: 0 for ``LONG_FIRST``, 1 when a test is marked slow, 2 when one shares a fixture, 3 otherwise."""
+    ranks: dict[str, int] = {}
     for item in items:
-        if _shares_a_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        path = item.nodeid.split("::", 1)[0]
+        if any(path.endswith(name) for name in LONG_FIRST):
+            rank = 0
+        elif item.get_closest_marker("slow") is not None:
+            rank = 1
+        else:
+            rank = 2 if _shares_a_fixture(item) else 3
+        ranks[path] = min(rank, ranks.get(path, 3))
+    return ranks
+
+
+def pytest_collection_modifyitems(config, items):
+    """On xdist's workers (``--dist loadfile``: a module's tests run on one worker, so its module-scoped fixtures are
+    built once), the modules most likely to be long come first, so the run does not end with one worker on a long
+    module while the other idles; a stable sort keeps each module's own order (the scheduler keeps this order with
+    ``--no-loadscope-reorder``). One process (``-n 0``) keeps the files' order, as a reader expects."""
     if hasattr(config, "workerinput"):  # set on xdist's workers, whose collection the scheduler hands out
-        items.sort(key=_rank)
+        ranks = _module_ranks(items)
+        items.sort(key=lambda item: ranks[item.nodeid.split("::", 1)[0]])
