@@ -4,6 +4,8 @@
 import os
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -31,6 +33,10 @@ MAX_WORKERS = 4
 #: modules whose tests take minutes (measured with --durations, docs/notes/2026-11-28-test-suite-speed.md): they go
 #: to the workers first
 LONG_FIRST = ("tests/runs/test_learning_gates.py",)
+#: pytest-timeout's limit (seconds) for their tests, fixture included, unless a test sets its own: the gates' shared
+#: run takes 8 min on 2 idle cores, but beside another worker it has one core, and the 900 s of pyproject.toml ended
+#: it on a loaded machine before its own subprocess timeout could say what was slow
+LONG_TIMEOUT_S = 2400
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -65,7 +71,11 @@ def pytest_collection_modifyitems(config, items):
     """On xdist's workers (``--dist loadfile``: a module's tests run on one worker, so its module-scoped fixtures are
     built once), the modules most likely to be long come first, so the run does not end with one worker on a long
     module while the other idles; a stable sort keeps each module's own order (the scheduler keeps this order with
-    ``--no-loadscope-reorder``). One process (``-n 0``) keeps the files' order, as a reader expects."""
+    ``--no-loadscope-reorder``). One process (``-n 0``) keeps the files' order, as a reader expects. The tests of
+    ``LONG_FIRST`` get ``LONG_TIMEOUT_S``, in either mode."""
+    ranks = _module_ranks(items)
+    for item in items:
+        if ranks[item.nodeid.split("::", 1)[0]] == 0 and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(LONG_TIMEOUT_S))
     if hasattr(config, "workerinput"):  # set on xdist's workers, whose collection the scheduler hands out
-        ranks = _module_ranks(items)
         items.sort(key=lambda item: ranks[item.nodeid.split("::", 1)[0]])
