@@ -32,15 +32,28 @@ def run(tmp_path, nproc, *extra):
     return {r["step"]: r for r in rows}
 
 
+#: a 2-rank PPO run of 4 steps, checkpointed and validated every 2: the run the resume test cuts and resumes, and whose
+#: first two steps are the 2-rank training test's (one torchrun launch of 2 ranks serves both)
+PPO_FOUR_STEPS = ["--env", "frozenlake", "--algo", "ppo", "trainer.steps=4", "trainer.save_freq=2",
+                  "trainer.test_freq=2", "trainer.ppo_mini_batch_size=4"]
+
+
+@pytest.fixture(scope="module")
+def ppo_two_ranks(tmp_path_factory):
+    """``(folder, steps)`` of the uninterrupted 2-rank ``PPO_FOUR_STEPS`` run (its run folder is ``folder / "r"``)."""
+    folder = tmp_path_factory.mktemp("full")
+    return folder, run(folder, 2, *PPO_FOUR_STEPS)
+
+
 @pytest.mark.slow
-def test_two_ranks_train_two_steps_with_identical_replicas(tmp_path):
-    steps = run(tmp_path, 2, "--env", "frozenlake", "--algo", "ppo", "trainer.steps=2", "trainer.ppo_mini_batch_size=4")
+def test_two_ranks_train_two_steps_with_identical_replicas(ppo_two_ranks):
+    folder, steps = ppo_two_ranks
     for s in (1, 2):
         assert steps[s]["dist/replica_max_abs_diff"] == 0.0  # DeepSpeed kept both ranks' weights identical
         assert steps[s]["rollout/num_trajectories"] == 6  # every rank's groups, gathered
         assert steps[s]["critic/vf_loss"] >= 0
-    assert "val/success" in steps[2] and (tmp_path / "r" / "final" / "config.json").is_file()
-    assert (tmp_path / "r" / "checkpoints" / "actor" / "latest").is_file()
+    assert "val/success" in steps[2] and (folder / "r" / "final" / "config.json").is_file()
+    assert (folder / "r" / "checkpoints" / "actor" / "latest").is_file()
 
 
 def test_user_deepspeed_json_is_merged_without_the_trainers_keys(tmp_path):
@@ -129,12 +142,11 @@ def test_global_batch_statistics_equal_a_one_process_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_rank_run_resumes_where_it_was_interrupted(tmp_path):
+def test_two_rank_run_resumes_where_it_was_interrupted(tmp_path, ppo_two_ranks):
     """Kill a 2-rank run before step 3 (its checkpoint is step 2), resume it with 2 ranks: the metrics and the final
     weights equal those of the uninterrupted 2-rank run (DeepSpeed's collective checkpoint, every rank's state)."""
-    extra = ["--env", "frozenlake", "--algo", "ppo", "trainer.steps=4", "trainer.save_freq=2", "trainer.test_freq=2",
-             "trainer.ppo_mini_batch_size=4"]
-    full = run(tmp_path / "full", 2, *extra)
+    extra = PPO_FOUR_STEPS
+    full_dir, full = ppo_two_ranks
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAGEN_TEST_INTERRUPT_AT": "3",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(INTERRUPT), os.environ.get("PYTHONPATH")]))}
     cut = subprocess.run(ragen_cmd("run", "--nproc", "2", *COMMON, f"logging.run_dir={tmp_path / 'cut'}", *extra),
@@ -150,15 +162,13 @@ def test_two_rank_run_resumes_where_it_was_interrupted(tmp_path):
         rows = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
         return [{k: v for k, v in r.items() if not k.startswith(("timing", "perf/"))} for r in rows]
 
-    a, b = metrics(tmp_path / "full" / "r"), metrics(run_dir)
+    a, b = metrics(full_dir / "r"), metrics(run_dir)
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4] and sorted(full) == [0, 1, 2, 3, 4]
     assert a == b
     from safetensors.torch import load_file
 
-    w1, w2 = (
-        load_file(tmp_path / "full" / "r" / "final" / "model.safetensors"),
-        load_file(run_dir / "final" / "model.safetensors"),
-    )
+    w1 = load_file(full_dir / "r" / "final" / "model.safetensors")
+    w2 = load_file(run_dir / "final" / "model.safetensors")
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
 
 
