@@ -1,4 +1,4 @@
-"""Does the warm start read the board? One warm start per call, then greedy play on held-out levels (issue 24).
+"""Does the warm start read the board? One warm start per call, then greedy play on held-out levels.
 
 The warm start is ragen's own (``expert_demos`` + ``sft`` with the prompt in the loss, the ``TorchOptimizer`` a run
 uses; docs/models.md); its knobs are the arguments: model size (``deep`` = a 4-layer 256-wide Qwen2 for the depth

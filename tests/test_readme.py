@@ -107,7 +107,7 @@ def test_every_ragen_command_the_readme_shows_parses_and_names_real_components(m
 
 
 def test_the_readme_stays_a_users_guide():
-    """Issue 27: at most 150 lines; measurements, diagnoses and history live in docs/benchmarks.md, which it links."""
+    """At most 150 lines; measurements, diagnoses and history live in docs/benchmarks.md, which it links."""
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 150, "move detail to docs/ (docs/running.md, docs/benchmarks.md)"
     assert "(docs/benchmarks.md" in readme.split("## Benchmarks\n", 1)[1]

@@ -1,4 +1,4 @@
-"""Installs as published (issue 18): wheels of `ragen`, `ragen-algos` and `ragen-sokoban`, built from this checkout,
+"""Installs as published: wheels of `ragen`, `ragen-algos` and `ragen-sokoban`, built from this checkout,
 installed in a fresh venv outside it (no checkout on the path, no editable install), run `ragen plugins`, `ragen
 check-env sokoban` and a 1-step `ragen run`; the core wheel carries its package data (templates).
 

@@ -43,7 +43,9 @@ def read_file(path: str | Path) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}); give a YAML or TOML file") from None
+        raise ConfigError(
+            f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}); give a YAML or TOML file"
+        ) from None
     if "\0" in text:
         raise ConfigError(f"config file {str(path)!r} is binary (it holds NUL bytes); give a YAML or TOML file")
     kind = path.suffix.lstrip(".") or "YAML"
@@ -93,7 +95,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         except yaml.YAMLError:
             value = raw
         except RecursionError:
-            raise ConfigError(f"override {key.strip()}: value nested more than Python's recursion limit allows") from None
+            raise ConfigError(
+                f"override {key.strip()}: value nested more than Python's recursion limit allows"
+            ) from None
         _check_depth(value, f"override {key.strip()}")
         node = data
         parts = key.strip().split(".")
@@ -106,7 +110,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None) -> RunConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, base: dict | None = None
+) -> RunConfig:
     """Build a ``RunConfig`` from ``base`` < file < overrides."""
     data = _deepcopy(base or {})
     if path is not None:

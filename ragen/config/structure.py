@@ -33,7 +33,9 @@ def structure(cls: type[T], data: Any, path: str = "") -> T:
         if inner is not None:
             raise ConfigError(f"{path}.{inner}" if path else str(inner)) from None
         own = _own_words(exc)
-        if own is not None:  # a plugin config's validator (attrs or __attrs_post_init__): its message, not "invalid value"
+        if (
+            own is not None
+        ):  # a plugin config's validator (attrs or __attrs_post_init__): its message, not "invalid value"
             section = ".".join(filter(None, [path, own[0]]))
             raise ConfigError(f"{section or 'config'}: {own[1]}") from None
         raise ConfigError("; ".join(_messages(exc, cls, path, data))) from None

@@ -34,8 +34,13 @@ def set_threads(threads: int) -> int:
     from ragen.log import log
 
     n = threads or default_threads()
-    source = "trainer.threads" if threads else ("OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit()
-                                                 else "cores / local processes")
+    source = (
+        "trainer.threads"
+        if threads
+        else (
+            "OMP_NUM_THREADS" if os.environ.get("OMP_NUM_THREADS", "").strip().isdigit() else "cores / local processes"
+        )
+    )
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     from ragen.models.openmp import choice
@@ -147,7 +152,9 @@ def make_engine(module: torch.nn.Module, *, lr: float, weight_decay: float, grad
     # DeepSpeed's own optimizers (ZeRO, bf16/fp16) clip and report the global gradient norm; with the plain torch
     # optimizer it clips but reports nothing, and all-reduces the gradients inside step(), so no caller can read the
     # global norm. There ragen clips instead, in a hook that runs after the all-reduce, just before AdamW's step.
-    plain = config["zero_optimization"].get("stage", 0) == 0 and not (config["bf16"].get("enabled") or config["fp16"].get("enabled"))
+    plain = config["zero_optimization"].get("stage", 0) == 0 and not (
+        config["bf16"].get("enabled") or config["fp16"].get("enabled")
+    )
     clip = _ClipBeforeStep(config["gradient_clipping"]) if plain else None
     if clip is not None:
         config["gradient_clipping"] = 0.0

@@ -30,7 +30,9 @@ def _render(tokenizer: Any, messages: list[dict], add_generation_prompt: bool) -
     try:
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
     except Exception as exc:  # jinja errors, missing template, unsupported roles
-        raise ConfigError(f"the tokenizer's chat template cannot render a system/user/assistant conversation: {exc}") from None
+        raise ConfigError(
+            f"the tokenizer's chat template cannot render a system/user/assistant conversation: {exc}"
+        ) from None
     if not isinstance(text, str):
         raise ConfigError("the tokenizer's apply_chat_template(tokenize=False) did not return text")
     return text
@@ -45,7 +47,9 @@ def turn_end(tokenizer: Any) -> tuple[int, str, str]:
     head = _render(tokenizer, BASE[:2], True)
     full = _render(tokenizer, BASE, False)
     if not full.startswith(head + "x"):
-        raise ConfigError("the chat template does not render the assistant turn after its generation prompt (not prefix-preserving)")
+        raise ConfigError(
+            "the chat template does not render the assistant turn after its generation prompt (not prefix-preserving)"
+        )
     tail = full[len(head) + 1 :]
     ids = tokenizer(tail, add_special_tokens=False)["input_ids"] if tail else []
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -57,7 +61,9 @@ def turn_end(tokenizer: Any) -> tuple[int, str, str]:
     eos_text = tokenizer.eos_token
     if eos_text and eos_text in tail:
         return tokenizer.eos_token_id, eos_text, tail[tail.index(eos_text) + len(eos_text) :]
-    raise ConfigError(f"cannot find the end-of-turn token in the chat template (text after an assistant turn: {tail!r})")
+    raise ConfigError(
+        f"cannot find the end-of-turn token in the chat template (text after an assistant turn: {tail!r})"
+    )
 
 
 def turn_start(tokenizer: Any) -> int | None:
@@ -73,7 +79,9 @@ def turn_start(tokenizer: Any) -> int | None:
     if not head.startswith(bare) or head == bare:
         return None
     ids = tokenizer(head[len(bare):], add_special_tokens=False)["input_ids"]
-    special = set(getattr(tokenizer, "all_special_ids", []) or []) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    special = set(getattr(tokenizer, "all_special_ids", []) or []) | set(
+        getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    )
     if not ids or ids[0] not in special or ids[0] == turn_end(tokenizer)[0]:  # an end-of-turn id never opens one
         return None
     return int(ids[0])
@@ -127,7 +135,9 @@ class ChatFormat:
         """D_{t+1} as text: closing text + (template(B + [user], gen) − template(B)) + prefill."""
         full = _render(self.tokenizer, BASE + [{"role": "user", "content": user}], True)
         if not full.startswith(self.base_text):
-            raise ConfigError("the chat template re-renders earlier turns when a user message is added (not prefix-preserving)")
+            raise ConfigError(
+                "the chat template re-renders earlier turns when a user message is added (not prefix-preserving)"
+            )
         return self.closing_text + full[len(self.base_text) :] + self.prefill
 
     # ---- ids ----------------------------------------------------------------------------------------
@@ -149,11 +159,17 @@ class ChatFormat:
         """
         system = "You're a helpful assistant. Check."
         users = [f"\nTurn {t}:\nState:\nobs {t}\n" for t in range(1, turns + 1)]
-        bodies = [f"reasoning about step {t}</think><answer>Up</answer>" if self.enable_think else "Up</answer>" for t in range(1, turns + 1)]
+        bodies = [
+            f"reasoning about step {t}</think><answer>Up</answer>" if self.enable_think else "Up</answer>"
+            for t in range(1, turns + 1)
+        ]
         messages = [{"role": "system", "content": system}]
         built = self.prompt_text(system, users[0])
         for t in range(turns):
-            messages += [{"role": "user", "content": users[t]}, {"role": "assistant", "content": self.prefill + bodies[t]}]
+            messages += [
+                {"role": "user", "content": users[t]},
+                {"role": "assistant", "content": self.prefill + bodies[t]},
+            ]
             if t > 0:
                 built += self.delta_text(users[t])
             built += bodies[t] + self.eos_text
@@ -163,8 +179,9 @@ class ChatFormat:
                 if not full.startswith(text):
                     at = next((i for i, (a, b) in enumerate(zip(full, text)) if a != b), min(len(full), len(text)))
                     raise ConfigError(
-                        f"the chat template is not prefix-preserving ({label} rendering of turn {t + 1} differs from the "
-                        f"full conversation at char {at}: {text[at:at + 40]!r} vs {full[at:at + 40]!r}); templates that "
+                        f"the chat template is not prefix-preserving ({label} rendering of turn {t + 1} differs "
+                        f"from the full conversation at char {at}: {text[at : at + 40]!r} vs "
+                        f"{full[at : at + 40]!r}); templates that "
                         "strip earlier reasoning (e.g. Qwen3) need a prefix-preserving template override or "
                         "context_mode=per_turn"
                     )

@@ -23,7 +23,7 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
              progress: bool = True, prompt: str = "full") -> dict:
     """Play ``n_groups`` validation seeds (123, 124, ... for each env) with ``k`` samples each; returns the metrics.
 
-    ``env_name``: one variant, or several played in one rollout (issue 14); then the metrics hold ``envs`` (one entry
+    ``env_name``: one variant, or several played in one rollout; then the metrics hold ``envs`` (one entry
     per variant) and ``overall``. ``options`` apply to every env, ``env_options[name]`` to one (and win).
     ``progress``: a bar of turns played on stderr. ``prompt``: the frame's style (``rollout.prompt``)."""
     from ragen.models.load import load_model_and_tokenizer

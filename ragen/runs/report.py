@@ -319,7 +319,7 @@ def _state_html(runs: list[dict]) -> str:
                     if bars else "")
 
 
-# ---- the greedy before/after comparison (issue 24) ----------------------------------------------------------------
+# ---- the greedy before/after comparison ----------------------------------------------------------------
 
 
 def _paired_html(runs: list[dict]) -> str:

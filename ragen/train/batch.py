@@ -62,7 +62,9 @@ class Batch:
         return Batch(**{k: None if v is None else fn(v) for k, v in values.items()})
 
 
-def turn_layout(traj, mask_row: torch.Tensor, turn_rewards: Sequence[float] | None = None) -> tuple[list[int], list[float]]:
+def turn_layout(
+    traj, mask_row: torch.Tensor, turn_rewards: Sequence[float] | None = None
+) -> tuple[list[int], list[float]]:
     """The last sampled position of each turn and the turn's reward: reward + format penalty, or ``turn_rewards[k]``
     for turn ``k`` when a shaper rewrote them (indexed over all turns; turns with no sampled token are skipped)."""
     ends, rewards = [], []

@@ -74,7 +74,7 @@ def key_inputs(run: ResolvedRun | RunConfig) -> dict:
     }
     if cfg.rollout.prompt != "full":  # the compact frame (a full-frame entry keeps its key from before styles existed)
         out["prompt"] = cfg.rollout.prompt
-    if cfg.env.train or cfg.env.val:  # env lists (issue 14); the one-env form keeps its keys, so its cache entries
+    if cfg.env.train or cfg.env.val:  # env lists; the one-env form keeps its keys, so its cache entries
         out["env_lists"] = _env_lists_key(as_resolved(run))
     return out
 

@@ -66,7 +66,7 @@ def test_play_frozenlake_from_piped_input():
 def test_play_penalises_bad_input_and_quits():
     res = ragen("play", "frozenlake", "--seed", "3", input="jump\n<think>x</think><answer>Up</answer>\nq\n")
     assert res.returncode == 0, res.stderr
-    assert "invalid: jump" in res.stdout and "format penalty: -1.0" in res.stdout  # a run's penalty (issue 26)
+    assert "invalid: jump" in res.stdout and "format penalty: -1.0" in res.stdout  # a run's penalty
     assert "Turn 2:" in res.stdout and "No valid action provided previously" in res.stdout
     assert "bye" in res.stdout
 

@@ -1,4 +1,4 @@
-"""Small CLI behaviours a new user meets first (issue 18): a missing local model path fails at once, the default env
+"""Small CLI behaviours a new user meets first: a missing local model path fails at once, the default env
 is stated, and `ragen eval` never overwrites an earlier evaluation."""
 
 import resource

@@ -1,4 +1,4 @@
-"""Config validation at load time (issue 16.4): every field rejects a bad value of its type with one line naming the
+"""Config validation at load time: every field rejects a bad value of its type with one line naming the
 full key, the value and what is allowed; bad files and absurd nesting give one line; `ragen run` stops before any
 model is built."""
 
@@ -203,7 +203,7 @@ def test_make_component_algorithm_returns_the_preset_with_options():
         ragen.make_component("algorithm", "grpo", kl_cof=0.01)
 
 
-# ---- issue 26: config and run-folder names are data, every error one line ------------------------------------------
+# ---- config and run-folder names are data, every error one line ------------------------------------------
 
 
 def test_a_yaml_key_given_twice_is_refused(tmp_path):

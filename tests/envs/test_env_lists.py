@@ -1,4 +1,4 @@
-"""Several envs in one run (issue 14): env.train / env.val lists, group counts, per-env parsers and metrics, a group
+"""Several envs in one run: env.train / env.val lists, group counts, per-env parsers and metrics, a group
 never mixing envs, token-exact mixed batches, `ragen run --config configs/generalisation.yaml`, `ragen eval` over
 several envs."""
 

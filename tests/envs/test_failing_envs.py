@@ -1,4 +1,4 @@
-"""Robust env failures (issue 16.7): an env that raises for some seeds while the tiny tokenizer's corpus is built is
+"""Robust env failures: an env that raises for some seeds while the tiny tokenizer's corpus is built is
 skipped and counted, not a start-up crash; an env registered without config= gets its EnvConfig."""
 
 import sys

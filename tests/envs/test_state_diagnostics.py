@@ -1,4 +1,4 @@
-"""Does a policy read its state (issue 24)? The core's per-action verdicts (``Expert.optimal_actions``), their
+"""Does a policy read its state? The core's per-action verdicts (``Expert.optimal_actions``), their
 aggregates in ``rollout_metrics``, the potentials it records per turn, and the ``potential`` shaper on real episodes."""
 
 import math
@@ -133,7 +133,7 @@ def replay_potential(name, seed, actions):
 @pytest.mark.parametrize("name", ["sokoban", "frozenlake"])
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_potential_terms_telescope_on_real_episodes(tok, name, gamma):
-    """Acceptance (issue 24): Σ_t γ^t (γΦ(s_{t+1}) - Φ(s_t)) = γ^T Φ(s_T) - Φ(s_0), with Φ(s_0) and Φ(s_T) computed
+    """Acceptance: Σ_t γ^t (γΦ(s_{t+1}) - Φ(s_t)) = γ^T Φ(s_T) - Φ(s_0), with Φ(s_0) and Φ(s_T) computed
     by replaying the executed actions on a fresh env; the shaped score is the raw score plus that sum."""
     res = play(tok, name, uniform, n=12)
     trajs = res.trajectories

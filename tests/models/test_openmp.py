@@ -1,4 +1,4 @@
-"""OpenMP's wait policy (issue 25, ragen/models/openmp.py): chosen by ``import ragen`` before torch loads, from what
+"""OpenMP's wait policy (ragen/models/openmp.py): chosen by ``import ragen`` before torch loads, from what
 is running at that moment, and never over the user's own choice."""
 
 import subprocess

@@ -1,4 +1,4 @@
-"""The user's thread setting wins (issue 25): ``OMP_NUM_THREADS`` decides what ``trainer.threads=0`` means, and the
+"""The user's thread setting wins: ``OMP_NUM_THREADS`` decides what ``trainer.threads=0`` means, and the
 count used is logged."""
 
 import subprocess

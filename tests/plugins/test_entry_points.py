@@ -120,7 +120,7 @@ def test_new_env_scaffold_installs_and_passes(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_an_out_of_tree_plugin_made_by_new_env_passes_its_own_tests_in_a_fresh_venv(tmp_path):
-    """Issue 23: `ragen new-env` in a temporary folder; the package pip-installed (a regular install, not editable)
+    """`ragen new-env` in a temporary folder; the package pip-installed (a regular install, not editable)
     into a fresh venv that sees ragen and its dependencies through a .pth line (offline and fast, as test_first_run);
     its own tests run there by that venv's pytest from outside both the checkout and the package: the contract
     checks, the `train_two_steps` fixture and the two-step run all come from ragen.testing, the pytest plugin ragen

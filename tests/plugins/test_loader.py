@@ -61,7 +61,7 @@ class _Dup:
 
 
 def test_a_plugin_taking_core_names_is_refused_whole(fresh_plugins):
-    """Issue 26: the core's names (and the algorithms it ships) and a distribution's own names always win, and the
+    """The core's names (and the algorithms it ships) and a distribution's own names always win, and the
     intruder is refused loudly: broken, none of its components load."""
     register_plugin(_Dup(), "dup", dist="ragen-dup")
     with pytest.warns(PluginWarning, match="'ragen-dup' is broken.*'grpo', which belongs to 'ragen-algos'"):
@@ -208,14 +208,14 @@ def test_allow_list_env_var(fresh_plugins, monkeypatch):
 
 
 def test_an_allow_list_naming_an_env_keeps_the_default_algorithms(fresh_plugins, monkeypatch):
-    """Issue 26: `RAGEN_LOAD_PLUGINS=ragen-bandit ragen run --env bandit` failed with unknown algorithm 'grpo'."""
+    """A regression: `RAGEN_LOAD_PLUGINS=ragen-bandit ragen run --env bandit` failed with unknown algorithm 'grpo'."""
     monkeypatch.setenv("RAGEN_LOAD_PLUGINS", "ragen-bandit")
     assert {p.dist for p in ragen.loaded_plugins()} == {"ragen", "ragen-algos", "ragen-bandit"}
     assert "grpo" in get_registry("algorithm") and "sokoban" not in get_registry("env")
 
 
 def test_a_config_listing_env_train_needs_no_plugin_for_env_name(fresh_plugins, monkeypatch):
-    """Issue 26: with env.train given, env.name (default 'sokoban') is unused, so its plugin need not be installed."""
+    """With env.train given, env.name (default 'sokoban') is unused, so its plugin need not be installed."""
     from ragen.config import load_config
     from ragen.envs.env_lists import check_plan
     from ragen.train.provenance import resolved_config

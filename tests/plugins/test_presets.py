@@ -1,4 +1,4 @@
-"""Every registered algorithm preset runs two real trainer steps on sokoban with the tiny model (issue 6)."""
+"""Every registered algorithm preset runs two real trainer steps on sokoban with the tiny model."""
 
 import math
 
@@ -68,7 +68,7 @@ def test_preset_two_steps_on_sokoban(tmp_path, algo):
         trainer.close()
 
 
-# ---- issue 26: per-key overrides of a preset's nested options merge; options for an unused shaper fail ---------------
+# ---- per-key overrides of a preset's nested options merge; options for an unused shaper fail ---------------
 
 
 def test_one_nested_option_keeps_the_presets_others():

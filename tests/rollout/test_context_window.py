@@ -1,4 +1,4 @@
-"""rollout.max_context_window (issue 14): a turn's prompt holds the system prompt and the last k turns; the trained row
+"""rollout.max_context_window: a turn's prompt holds the system prompt and the last k turns; the trained row
 packs each windowed prompt with its response, and training sees exactly what the engine saw (docs/history-window.md)."""
 
 import pytest
@@ -19,7 +19,9 @@ def _play(tiny, fmt, window, seed=5, n_groups=2, group_size=2, opts=OPTS):
     model, tok = tiny
     engine = tr.Recording(HFEngine(tr.eos_biased(model, fmt.eos_id), tok))
     with EnvGroups("count", group_size=group_size, n_groups=n_groups, options=opts, factory=tr.factory) as groups:
-        res = run_rollout(engine, groups, SamplingParams(seed=seed), RolloutSettings(chat_format=fmt, max_context_window=window))
+        res = run_rollout(
+            engine, groups, SamplingParams(seed=seed), RolloutSettings(chat_format=fmt, max_context_window=window)
+        )
     assert res.failed_envs == 0
     return res, engine
 
@@ -117,6 +119,11 @@ def test_window_2_keeps_two_turns_and_caps_the_prompt_not_the_row(tiny, fmt):
     model, tok = tiny
     rec = tr.Recording(HFEngine(tr.eos_biased(model, fmt.eos_id), tok))
     with EnvGroups("count", group_size=2, n_groups=2, options=OPTS, factory=tr.factory) as groups:
-        again = run_rollout(rec, groups, SamplingParams(seed=4), RolloutSettings(chat_format=fmt, max_context_window=2, max_model_len=longest_prompt))
+        again = run_rollout(
+            rec,
+            groups,
+            SamplingParams(seed=4),
+            RolloutSettings(chat_format=fmt, max_context_window=2, max_model_len=longest_prompt),
+        )
     assert [t.input_ids for t in again.trajectories] == [t.input_ids for t in res.trajectories]
     assert any(len(t.input_ids) > longest_prompt for t in again.trajectories)

@@ -1,4 +1,4 @@
-"""The HF engine's static-cache decode path (``decode='static'``, issue 25) returns what the plain path returns: the same
+"""The HF engine's static-cache decode path (``decode='static'``) returns what the plain path returns: the same
 sampled ids under a seed, the same stops, log-probs equal to float rounding - across chunks of different row counts,
 shared prefills and KV reuse from the previous turn. On CUDA the decoding step is compiled with CUDA graphs; on a CPU
 the compiled step is traced with dynamo's eager backend (no C++ compilation) to check the same thing."""
@@ -34,7 +34,9 @@ def tiny(tmp_path_factory):
 def _prompts(tok, n=7):
     """Prompts of different lengths (left padding differs by row), two of them equal (a shared prefill)."""
     g = torch.Generator().manual_seed(0)
-    out = [torch.randint(5, len(tok) - 1, (int(k),), generator=g).tolist() for k in torch.randint(2, 40, (n,), generator=g)]
+    out = [
+        torch.randint(5, len(tok) - 1, (int(k),), generator=g).tolist() for k in torch.randint(2, 40, (n,), generator=g)
+    ]
     out[3] = list(out[1])
     return out
 
@@ -80,7 +82,11 @@ def test_static_decode_returns_the_plain_ids(tiny, temperature, decode):
     _assert_same(want, got)
     reasons = {g.finish_reason for g in want}
     assert reasons == {"stop", "length"}, reasons  # both stop paths are compared
-    assert fast.kv_stats == plain.kv_stats and fast.kv_stats["reused_tokens"] > 0 and fast.kv_stats["shared_prefill_tokens"] > 0
+    assert (
+        fast.kv_stats == plain.kv_stats
+        and fast.kv_stats["reused_tokens"] > 0
+        and fast.kv_stats["shared_prefill_tokens"] > 0
+    )
     assert sorted(rows for rows, _, _ in fast._static) == [3, 4]
 
 
@@ -116,7 +122,9 @@ def test_static_decode_gives_the_plain_rollout(tiny):
     for decode in ("plain", "static"):
         engine = HFEngine(model, tok, max_batch=3, decode=decode)
         with EnvGroups("frozenlake", group_size=2, n_groups=2, options={"response_length": 12, "max_turns": 4}) as g:
-            res = run_rollout(engine, g, SamplingParams(temperature=0.7, seed=5), RolloutSettings(chat_format=ChatFormat(tok)))
+            res = run_rollout(
+                engine, g, SamplingParams(temperature=0.7, seed=5), RolloutSettings(chat_format=ChatFormat(tok))
+            )
         runs.append(res.trajectories)
     plain, static = runs
     assert max(t.num_turns for t in plain) > 1
@@ -159,7 +167,9 @@ def test_config_selects_the_decode_path(tiny):
 
     model, tok = tiny
     assert load_config().rollout.decode == "plain"
-    assert make_rollout_engine(load_config(overrides=["rollout.decode=static"]), model, tok, "unused").decode == "static"
+    assert (
+        make_rollout_engine(load_config(overrides=["rollout.decode=static"]), model, tok, "unused").decode == "static"
+    )
     with pytest.raises(ConfigError):
         load_config(overrides=["rollout.decode=graphs"])
 

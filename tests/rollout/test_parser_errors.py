@@ -1,4 +1,4 @@
-"""A parser that raises (issue 26): the response counts as malformed, every such turn is counted in the rollout's
+"""A parser that raises: the response counts as malformed, every such turn is counted in the rollout's
 ``parser_errors`` metric, the first error of each parser is logged once naming the component and its distribution,
 and ``ragen play`` treats it the same way instead of printing a traceback."""
 
@@ -54,7 +54,9 @@ def test_play_reads_a_raising_parser_as_malformed(fresh_plugins):
 
     register_plugin(_Raising(), "raising", dist="ragen-raising")
     try:
-        res = CliRunner().invoke(cli, ["play", "frozenlake", "--seed", "3", "--parser", "always-raises"], input="Up\nq\n")
+        res = CliRunner().invoke(
+            cli, ["play", "frozenlake", "--seed", "3", "--parser", "always-raises"], input="Up\nq\n"
+        )
         assert res.exit_code == 0 and res.exception is None, res.output
         assert "always-raises: parser raised ZeroDivisionError: this parser always fails" in res.output
         assert "format penalty: -1.0" in res.output  # the run's penalty (trainer.format_penalty), as in training
@@ -65,6 +67,8 @@ def test_play_reads_a_raising_parser_as_malformed(fresh_plugins):
 def test_play_takes_the_format_penalty_it_is_given():
     from ragen.cli import cli
 
-    res = CliRunner().invoke(cli, ["play", "frozenlake", "--seed", "3", "--format-penalty", "-0.1"], input="<answer>\nq\n")
+    res = CliRunner().invoke(
+        cli, ["play", "frozenlake", "--seed", "3", "--format-penalty", "-0.1"], input="<answer>\nq\n"
+    )
     assert res.exit_code == 0, res.output
     assert "format penalty: -0.1" in res.output

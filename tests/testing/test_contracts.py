@@ -1,4 +1,4 @@
-"""ragen.testing (issue 23): the contract checks a plugin's tests call pass on well-behaved components and name the
+"""ragen.testing: the contract checks a plugin's tests call pass on well-behaved components and name the
 property each broken one violates; it is registered as a pytest plugin, and importing it loads neither pytest nor
 torch."""
 

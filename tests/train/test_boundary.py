@@ -1,4 +1,4 @@
-"""A third-party component that breaks its contract is named in one line (issue 26): the trainer checks every
+"""A third-party component that breaks its contract is named in one line: the trainer checks every
 estimator's, shaper's and filter's output where it receives it (ragen/train/boundary.py)."""
 
 import pytest

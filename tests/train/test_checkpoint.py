@@ -1,4 +1,4 @@
-"""`ragen run --resume` on a copied run folder never executes code (issue 26): checkpoints load weights only."""
+"""`ragen run --resume` on a copied run folder never executes code: checkpoints load weights only."""
 
 from pathlib import Path
 

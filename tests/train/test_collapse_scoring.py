@@ -1,4 +1,4 @@
-"""Collapse diagnostics at a fair price (issue 25): the shared-prompt cross-scoring gives the plain path's matrices
+"""Collapse diagnostics at a fair price: the shared-prompt cross-scoring gives the plain path's matrices
 (the same teacher-forced log-probs up to float rounding), so every estimate downstream is unchanged."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Issue 13, a fast StarPO step: reused old log-probs, sampled-position log-probs, token-budget micro-batches,
+"""A fast StarPO step: reused old log-probs, sampled-position log-probs, token-budget micro-batches,
 the thread policy and no DeepSpeed op compiled at run time."""
 
 import os
@@ -121,7 +121,7 @@ def _loss_and_grads(trainer, batch, logprob_fn):
 
 
 def test_sampled_position_logprobs_give_the_full_paths_loss_and_gradients(trainer, rollout):
-    def full(module, batch):  # every position, the whole row: the path before issue 13
+    def full(module, batch):  # every position, the whole row: the path before the fast-step work
         hidden = module.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                       position_ids=batch.position_ids).last_hidden_state
         return token_logprobs(hidden, module.get_output_embeddings(), batch.input_ids,

@@ -1,4 +1,4 @@
-"""Issue 24: RL cannot farm Sokoban's step cost (docs/algorithms.md, "The step cost cannot be farmed").
+"""RL cannot farm Sokoban's step cost (docs/algorithms.md, "The step cost cannot be farmed").
 
 Episodes are played on the real sokoban env; the run config is built the way ``ragen run --env sokoban --algo NAME``
 builds it, and the trainer's own filter step and the preset's estimator decide what the update sees."""

@@ -1,4 +1,4 @@
-"""Ctrl-C is safe (issue 18): the first SIGINT finishes the current step (or SFT update), checkpoints and exits with
+"""Ctrl-C is safe: the first SIGINT finishes the current step (or SFT update), checkpoints and exits with
 a line saying how to go on; a second SIGINT stops at once. The tests send SIGINT to a real `ragen` subprocess."""
 
 import json
@@ -80,7 +80,7 @@ HOOKS = str(Path(__file__).parents[1] / "interrupt")  # test-only sitecustomize:
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path):
-    """Step 2 waits (RAGEN_TEST_SLOW_STEP) so both Ctrl-Cs land inside it on any machine: issue 26 found a fast idle
+    """Step 2 waits (RAGEN_TEST_SLOW_STEP) so both Ctrl-Cs land inside it on any machine: a review found a fast idle
     machine finishing the step within the 0.5 s gap."""
     err = tmp_path / "stderr.txt"
     proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=50",
@@ -98,7 +98,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
 
 
 def test_a_ctrl_c_after_the_stop_has_saved_ends_cleanly(tmp_path):
-    """Issue 26: a second Ctrl-C reaching a run that has already checkpointed after the first one is acknowledged;
+    """A second Ctrl-C reaching a run that has already checkpointed after the first one is acknowledged;
     the run still ends with its resume line and exit 130, no death by signal, no traceback."""
     err = tmp_path / "stderr.txt"
     proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=50",

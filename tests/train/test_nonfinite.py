@@ -1,4 +1,4 @@
-"""Non-finite values never end a run (issue 16.3): a NaN/inf reward becomes the env's failure score and is counted; a
+"""Non-finite values never end a run: a NaN/inf reward becomes the env's failure score and is counted; a
 non-finite loss skips that update (weights unchanged); K skips in a row stop the run with a checkpoint, an export and
 a one-line error; a policy whose weights overflowed is never sampled from."""
 

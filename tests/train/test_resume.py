@@ -1,4 +1,4 @@
-"""Resume (issue 16.8): every JSONL the run appends to is cut back to the checkpoint step, torn lines are dropped with
+"""Resume: every JSONL the run appends to is cut back to the checkpoint step, torn lines are dropped with
 a warning, and no DeepSpeed op is compiled at run time (so no stale extension lock can hang a later run)."""
 
 import json

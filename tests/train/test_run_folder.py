@@ -1,4 +1,4 @@
-"""A run folder is data (issue 26): files are never written through a symbolic link, rewrites are atomic, and
+"""A run folder is data: files are never written through a symbolic link, rewrites are atomic, and
 secrets never reach config.yaml, run.json or wandb."""
 
 import json

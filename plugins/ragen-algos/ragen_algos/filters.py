@@ -13,7 +13,16 @@ import numpy as np
 
 from ragen import FilterInput, FilterResult, option
 
-METRICS = ("reward_std", "reward_variance", "reward_var", "reward_mean", "reward_sum", "entropy", "entropy_std", "length")
+METRICS = (
+    "reward_std",
+    "reward_variance",
+    "reward_var",
+    "reward_mean",
+    "reward_sum",
+    "entropy",
+    "entropy_std",
+    "length",
+)
 STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p")
 ZERO = 1e-10
 
@@ -70,19 +79,40 @@ def group_scores(inp: FilterInput, metric: str) -> dict[int, float]:
 class V2FilterConfig:
     """RAGEN-V2 rollout filter settings (algorithms.md §7; the code default keeps everything)."""
 
-    strategy: str = option("top_p", "top_p, top_k (fraction of groups), top_k_abs (count) or min_p.", validator=_one_of(STRATEGIES))
-    value: float = option(1.0, "p of top_p, fraction of top_k, count of top_k_abs, ratio of min_p (1.0 top_p = keep all).")
-    metric: str = option("reward_std", "Group score: reward_std (default; alias reward_variance), reward_var, reward_mean, "
-                         "reward_sum, entropy, entropy_std, length.", validator=_one_of(METRICS))
-    type: str = option("largest", "'largest' keeps high scores, 'smallest' low ones.", validator=_one_of(("largest", "smallest")))
-    mode: str = option("linear", "top_p mode: 'linear' (cumulative share of the score sum) or 'softmax' (RAGEN V2 table).",
-                       validator=_one_of(("linear", "softmax")))
-    include_zero: bool = option(True, "Keep zero-score groups among the candidates (False drops them before selecting).")
+    strategy: str = option(
+        "top_p", "top_p, top_k (fraction of groups), top_k_abs (count) or min_p.", validator=_one_of(STRATEGIES)
+    )
+    value: float = option(
+        1.0, "p of top_p, fraction of top_k, count of top_k_abs, ratio of min_p (1.0 top_p = keep all)."
+    )
+    metric: str = option(
+        "reward_std",
+        "Group score: reward_std (default; alias reward_variance), reward_var, reward_mean, "
+        "reward_sum, entropy, entropy_std, length.",
+        validator=_one_of(METRICS),
+    )
+    type: str = option(
+        "largest", "'largest' keeps high scores, 'smallest' low ones.", validator=_one_of(("largest", "smallest"))
+    )
+    mode: str = option(
+        "linear",
+        "top_p mode: 'linear' (cumulative share of the score sum) or 'softmax' (RAGEN V2 table).",
+        validator=_one_of(("linear", "softmax")),
+    )
+    include_zero: bool = option(
+        True, "Keep zero-score groups among the candidates (False drops them before selecting)."
+    )
     selection_eps: float = option(0.01, "Subtracted from the linear top_p threshold (RAGEN 0.01).")
-    softmax_temperature: float = option(1.0, "Temperature of the softmax mode (1.0 = RAGEN); softmax depends on the reward scale.")
-    min_groups: int = option(0, "top_k: keep at least this many groups (of the candidates) whatever the fraction: with 4 "
-                             "groups per step, 25% is one level per update, too few to learn from (StarPO-S: 4; 0 = "
-                             "RAGEN's plain fraction).", validator=attrs.validators.ge(0))
+    softmax_temperature: float = option(
+        1.0, "Temperature of the softmax mode (1.0 = RAGEN); softmax depends on the reward scale."
+    )
+    min_groups: int = option(
+        0,
+        "top_k: keep at least this many groups (of the candidates) whatever the fraction: with 4 "
+        "groups per step, 25% is one level per update, too few to learn from (StarPO-S: 4; 0 = "
+        "RAGEN's plain fraction).",
+        validator=attrs.validators.ge(0),
+    )
 
     @property
     def needs_entropy(self) -> bool:
@@ -159,7 +189,9 @@ def filter_metrics(inp: FilterInput, metric: str, scores: dict[int, float], kept
         for stat, fn in (("std", std), ("max", max), ("mean", np.mean)):
             out[f"rollout/{prefix}_{stat}"] = float(np.mean([fn(members[g]) for g in groups])) if groups else 0.0
         for stat in ("std", "max", "mean", "sum"):
-            out[f"rollout/{prefix}_reward_{stat}"] = float(np.mean([rewards[g][stat] for g in groups])) if groups else 0.0
+            out[f"rollout/{prefix}_reward_{stat}"] = (
+                float(np.mean([rewards[g][stat] for g in groups])) if groups else 0.0
+            )
     out["rollout/filter_kept_count"] = float(len(kept))
     out["rollout/filter_kept_ratio"] = len(kept) / max(len(scores), 1)
     out["rollout/filter_zero_count"] = float(sum(abs(s) <= ZERO for s in scores.values()))
@@ -178,13 +210,16 @@ def make_v2(config: V2FilterConfig):
     return apply
 
 
-# ---- DAPO zero-variance drop ------------------------------------------------------------------------------------------
+# ---- DAPO zero-variance drop -----------------------------------------------------------------------------------------
 @attrs.frozen(kw_only=True)
 class ZeroVarianceConfig:
     """DAPO's dynamic-sampling filter (§7.5): drop groups whose outcome is the same for every member."""
 
-    outcome: str = option("success", "'success' (default) or 'reward' (raw score, equal within 1e-8). Never a shaped score.",
-                          validator=_one_of(("success", "reward")))
+    outcome: str = option(
+        "success",
+        "'success' (default) or 'reward' (raw score, equal within 1e-8). Never a shaped score.",
+        validator=_one_of(("success", "reward")),
+    )
 
 
 def make_zero_variance(config: ZeroVarianceConfig):
@@ -224,15 +259,28 @@ def make_none(config: NoFilterConfig):
 
 #: name -> (defaults over V2FilterConfig, description). The last three are the spec's filter presets (§6.4).
 V2_VARIANTS = {
-    "v2": ({}, "RAGEN-V2 rollout filter; options strategy, value, metric, type, mode, include_zero (keeps all by default)"),
-    "top-p": ({"strategy": "top_p", "value": 0.9}, "Keep the top groups holding a share p of the summed score (linear)"),
+    "v2": (
+        {},
+        "RAGEN-V2 rollout filter; options strategy, value, metric, type, mode, include_zero (keeps all by default)",
+    ),
+    "top-p": (
+        {"strategy": "top_p", "value": 0.9},
+        "Keep the top groups holding a share p of the summed score (linear)",
+    ),
     "top-k": ({"strategy": "top_k", "value": 0.25}, "Keep the best fraction k of groups (StarPO-S: 0.25)"),
     "top-k-abs": ({"strategy": "top_k_abs", "value": 2}, "Keep the best k groups (an absolute count)"),
     "min-p": ({"strategy": "min_p", "value": 0.5}, "Keep groups scoring at least p x the best score"),
-    "v2-main": ({"strategy": "top_p", "value": 0.9, "mode": "softmax", "include_zero": True},
-                "V2 main table: top_p 0.9, softmax, include_zero"),
-    "v2-recommended": ({"strategy": "top_p", "value": 0.9, "mode": "linear", "include_zero": False, "selection_eps": 0.01},
-                       "RAGEN README: top_p 0.9, linear, drop zero-std groups"),
-    "top-k-0.25": ({"strategy": "top_k", "value": 0.25, "type": "largest"}, "StarPO-S: top 25% of groups by reward std"),
+    "v2-main": (
+        {"strategy": "top_p", "value": 0.9, "mode": "softmax", "include_zero": True},
+        "V2 main table: top_p 0.9, softmax, include_zero",
+    ),
+    "v2-recommended": (
+        {"strategy": "top_p", "value": 0.9, "mode": "linear", "include_zero": False, "selection_eps": 0.01},
+        "RAGEN README: top_p 0.9, linear, drop zero-std groups",
+    ),
+    "top-k-0.25": (
+        {"strategy": "top_k", "value": 0.25, "type": "largest"},
+        "StarPO-S: top 25% of groups by reward std",
+    ),
 }
 

@@ -54,7 +54,9 @@ def rows(b, key):
 def whiten_plain(adv_rows, mask_rows):
     flat = [a for ar, mr in zip(adv_rows, mask_rows) for a, m in zip(ar, mr) if m]
     mu, var = statistics.fmean(flat), statistics.variance(flat)
-    return [[(a - mu) / math.sqrt(var + 1e-8) if m else 0.0 for a, m in zip(ar, mr)] for ar, mr in zip(adv_rows, mask_rows)]
+    return [
+        [(a - mu) / math.sqrt(var + 1e-8) if m else 0.0 for a, m in zip(ar, mr)] for ar, mr in zip(adv_rows, mask_rows)
+    ]
 
 
 def group_members(b):
@@ -194,7 +196,13 @@ def bi_level_plain(mask_row, tid_row, val_row, turn_r, kl_row, gh, lh, gl, ll):
 @pytest.mark.parametrize("turn_rewards", [True, False])
 def test_bi_level_gae_against_plain(seed, turn_rewards):
     b = random_batch(seed, kl=True)
-    val, mask, kls, ts, s = rows(b, "values"), rows(b, "mask"), rows(b, "kl_rewards"), rows(b, "turn_scores"), b.scores.tolist()
+    val, mask, kls, ts, s = (
+        rows(b, "values"),
+        rows(b, "mask"),
+        rows(b, "kl_rewards"),
+        rows(b, "turn_scores"),
+        b.scores.tolist(),
+    )
     adv = []
     for i in range(len(mask)):
         tid = b.turn_ids[i].tolist()
@@ -217,7 +225,9 @@ def test_bi_level_gae_spec_identities(seed):
     tok = ragen.make_component("estimator", "gae", gamma=1.0, lam=1.0, whiten=False)(b)
     check(bl.advantages.tolist(), tok.advantages.tolist(), mask)
     one_turn = random_batch(seed, max_turns=1)
-    a = ragen.make_component("estimator", "bi-level-gae", high_level_gamma=0.7, gamma=0.9, lam=0.8, whiten=False)(one_turn)
+    a = ragen.make_component("estimator", "bi-level-gae", high_level_gamma=0.7, gamma=0.9, lam=0.8, whiten=False)(
+        one_turn
+    )
     t = ragen.make_component("estimator", "gae", gamma=0.9, lam=0.8, whiten=False)(one_turn)
     check(a.advantages.tolist(), t.advantages.tolist(), rows(one_turn, "mask"))
     out = ragen.make_component("estimator", "bi-level-gae", high_level_gamma=0.8, gamma=1.0, lam=1.0,

@@ -26,7 +26,9 @@ def batch_from_groups(groups_rewards):
     for g, rs in groups_rewards.items():
         rewards += rs
         groups += [g] * len(rs)
-    return FilterInput(raw_rewards=rewards, group_ids=groups, successes=[r > 0 for r in rewards], lengths=[5] * len(rewards))
+    return FilterInput(
+        raw_rewards=rewards, group_ids=groups, successes=[r > 0 for r in rewards], lengths=[5] * len(rewards)
+    )
 
 
 def kept(name="v2", inp=None, **options):

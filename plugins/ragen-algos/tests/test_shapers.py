@@ -107,7 +107,9 @@ def test_potential_loop_earns_nothing_at_gamma_1_and_a_bounded_bias_below():
     walking to the goal from A (|Phi(A)| + the env's reward)."""
     loop, solve = ptraj(-3.0, -2.0, -3.0, -2.0, -3.0), ptraj(-3.0, -2.0, -1.0, 0.0)
     for gamma in (1.0, 0.9):
-        out = shape("potential", ShapeInput(scores=[0.0, 0.0], group_ids=[0, 0], trajectories=[loop, solve]), gamma=gamma)
+        out = shape(
+            "potential", ShapeInput(scores=[0.0, 0.0], group_ids=[0, 0], trajectories=[loop, solve]), gamma=gamma
+        )
         gain, solved = out.scores
         if gamma == 1.0:
             assert gain == 0.0 and solved == 3.0

@@ -1,4 +1,4 @@
-"""Generic reward-forging programs (issue 16): none of them computes anything, so each must score 0 on every problem.
+"""Generic reward-forging programs: none of them computes anything, so each must score 0 on every problem.
 
 Each is a whole answer, the same for every problem. They attack the verdict, not the task: reading whatever the
 program inherits (tokens, pipes) and writing success records to every channel it can find or guess, exiting early

@@ -478,7 +478,7 @@ def forgery_scores(problems, workers=4, timeout_s=4.0):
 @pytest.mark.bwrap
 @pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"needs a working bubblewrap: {BWRAP_PROBLEM}")
 def test_forging_family_scores_zero_on_all_164_problems():
-    """Issue 16: a generic forger scored 1.0 on 20/20 problems (token read from an inherited pipe, a success record
+    """A generic forger scored 1.0 on 20/20 problems (token read from an inherited pipe, a success record
     written to the result pipe, exit 0). Every attack of the family must pass no test of any problem, the truthiness
     asserts of the predicates (52, 56, 61) included: a forged reply's "FORGED" is no bool. (1 s tests: the
     monkeypatching attack breaks its own interpreter and times out on every test.)"""
@@ -869,7 +869,7 @@ class TestSandboxed:
         assert processes_with(marker) == []  # the setsid escapee was killed with the test
 
     def test_probe_memfd_and_shm_growth_is_stopped(self):
-        """Issue 16: memfd pages escaped RLIMIT_AS (768 MiB held under a 512 MiB limit). The seccomp filter refuses
+        """Memfd pages escaped RLIMIT_AS (768 MiB held under a 512 MiB limit). The seccomp filter refuses
         memfd_create and SysV shmget, so the probe holds nothing outside the rlimits and the memory cgroup."""
         code = textwrap.dedent("""
             import ctypes, json, os
@@ -912,7 +912,7 @@ class TestSandboxed:
         assert ours == []  # the run's cgroup is removed
 
     def test_probe_ptrace_attach_fails_and_does_not_freeze(self):
-        """Issue 16: PTRACE_ATTACH on the sandbox's first process froze the episode until the outer kill."""
+        """A regression: PTRACE_ATTACH on the sandbox's first process froze the episode until the outer kill."""
         code = textwrap.dedent("""
             import ctypes, json, os, time
             libc = ctypes.CDLL(None, use_errno=True)

@@ -1,4 +1,4 @@
-"""ragen-deepcoder, issue 26: what a candidate sends cannot stall the checker, and control flow cannot pass an assert.
+"""ragen-deepcoder: what a candidate sends cannot stall the checker, and control flow cannot pass an assert.
 
 * The checker decodes the candidate's values outside the sandbox. A set of ints that all hash alike (multiples of
   2**61 - 1) cost its hash table O(n^2): forged onto the result or call-reply channel, 40,000-100,000 of them kept one

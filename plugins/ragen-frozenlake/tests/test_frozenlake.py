@@ -346,7 +346,7 @@ def test_value_iteration_small_case():
     assert env.expert.rationale(env)
 
 
-# ---- state diagnostics: optimal actions and the potential (issue 24) ---------------------------------------------
+# ---- state diagnostics: optimal actions and the potential ---------------------------------------------
 def test_deterministic_optimal_actions_are_every_first_move_of_a_shortest_path():
     """Brute force by the expert's own plan length: a move is optimal iff the shortest path from where it lands is
     one shorter; unreachable, hole and goal cells are not judged; Phi = minus the path length (-16 when cut off)."""

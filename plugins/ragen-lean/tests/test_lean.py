@@ -508,7 +508,7 @@ def test_reward_table():
         assert env.step("idtac.")[1] == pytest.approx(-0.1)  # an accepted no-op earns nothing by default
         for tactic in ADD_0_R.proof[1:-1]:
             env.step(tactic)
-        paid = env.progress_paid  # the proof is paid the rest of max_progress_reward (issue 26)
+        paid = env.progress_paid  # the proof is paid the rest of max_progress_reward
         assert paid == pytest.approx(5.0)
         obs, reward, terminated, truncated, info = env.step(ADD_0_R.proof[-1])
         assert reward == pytest.approx(9.9 + 5.0 - paid) and terminated and not truncated and info["success"]
@@ -534,7 +534,7 @@ def _episode_return(env: LeanEnv, tactics) -> float:
 
 @coq
 def test_idtac_farming_earns_less_than_a_real_proof():
-    """Issue 16: with RAGEN's reward_noop=true, 30 x `idtac.` out-earned a proof; the default must not."""
+    """With RAGEN's reward_noop=true, 30 x `idtac.` out-earned a proof; the default must not."""
     farm = ["idtac."] * 30
     env = curriculum_env()
     try:
@@ -840,7 +840,7 @@ def test_lean4_env_over_the_protocol_layer(fake_repl, tmp_path):
         obs, info = env.reset(seed=3)
         assert info["task_id"].startswith("lean/lean4/jsonl/") and "Lean 4" in env.instructions
         steps = [env.step(t) for t in env.expert.next_actions(env, 30)]
-        # every proof earns the whole progress cap (5) and the success reward, less 0.1 a tactic (issue 26)
+        # every proof earns the whole progress cap (5) and the success reward, less 0.1 a tactic
         assert steps[-1][4]["success"] and sum(s[1] for s in steps) == pytest.approx(15 - 0.1 * len(steps))
     finally:
         env.close()

@@ -1,4 +1,4 @@
-"""ragen-lean, issue 26: the progress reward cannot be farmed.
+"""ragen-lean: the progress reward cannot be farmed.
 
 The red-team sequences of the issue (and fresh-state variants of them) are played turn by turn within lean-easy's
 budget (8 turns x 4 tactics, 30 in all); each must score below the expert's proof of the same lemma, and junk

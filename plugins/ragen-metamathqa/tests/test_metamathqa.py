@@ -1,5 +1,5 @@
 """ragen-metamathqa: generator, gold extraction, answer checking (numeric, symbolic, timeouts), sources, the env
-contract, the reward table with reachable retries, and a two-step training run (spec §7, issue 4)."""
+contract, the reward table with reachable retries, and a two-step training run (spec §7)."""
 
 import ast
 import json
@@ -404,7 +404,7 @@ def test_absurd_expressions_are_recognised(text, absurd):
 
 
 def test_absurd_answer_is_answered_wrong_quickly_without_a_solver():
-    """Issue 16: 9^{9^{9^{9}}} cost 3-15.6 s per step (the 5 s check timeout plus a worker restart)."""
+    """A regression: 9^{9^{9^{9}}} cost 3-15.6 s per step (the 5 s check timeout plus a worker restart)."""
     g = AnswerGrader(timeout_s=5.0, workers=7)  # a pool of its own (pools are shared per backend and size)
     try:
         t0 = time.monotonic()

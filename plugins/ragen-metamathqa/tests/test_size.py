@@ -1,4 +1,4 @@
-"""ragen-metamathqa, issue 26: huge answers are refused before the symbolic check, so no step stalls on them.
+"""ragen-metamathqa: huge answers are refused before the symbolic check, so no step stalls on them.
 
 Before, ``\\binom{10^9}{5*10^8}``, ``(x+1)^{9999}`` and ``9999!!`` each spent the whole 5 s check timeout (and a
 worker restart) every step. The size bounds of ``size.py`` refuse them (and their relatives) from the text alone;
@@ -20,7 +20,7 @@ import ragen
 ISSUE = [r"\binom{10^9}{5*10^8}", r"(x+1)^{9999}", r"9999!!"]
 
 ABSURD = ISSUE + [
-    # issue 16's table
+    # the forms an earlier security review timed
     "9^{9^{9^{9}}}", "9^{9^{9}}", "9^9^9", "9^(9^9)", "2**99999", "x^{100000}", r"2^{3\cdot 10^{5}}", "1.5^{20000}",
     "100000!", "x^{x^{x^{x^{x}}}}",
     # numbers: values, factorials, binomials, roots of huge numbers
@@ -39,7 +39,7 @@ ABSURD = ISSUE + [
 ]
 
 ACCEPTED = [
-    # issue 16's table
+    # the forms an earlier security review timed
     "2^{10}", "x^2+1", "10^{100}", "2^{10000}", "2^{2^{2^{2}}}", r"e^{i\pi}", "20!", r"\frac{1}{2}", "a^{b}", "2^3^2",
     # answers problems have
     "72", "-3", "0.375", "1,000,000", r"\$12.50", "50\\%", r"\boxed{17}", r"6.02 \times 10^{23}", r"2^{-10}",

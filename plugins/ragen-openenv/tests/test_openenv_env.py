@@ -208,7 +208,9 @@ def test_config_errors_name_the_option(stub):
     two["action"]["properties"]["player"] = {"type": "integer"}
     s = StubServer(schema=two)
     try:
-        with pytest.raises(ConfigError, match=r"env.options.observation_field: .* several string fields \(board, legend\)"):
+        with pytest.raises(
+            ConfigError, match=r"env.options.observation_field: .* several string fields \(board, legend\)"
+        ):
             ragen.make_env("openenv", url=s.url)
         with pytest.raises(ConfigError, match="env.options.action_field: the server's actions also require player"):
             ragen.make_env("openenv", url=s.url, observation_field="board")
@@ -217,7 +219,10 @@ def test_config_errors_name_the_option(stub):
 
 
 def test_pick_field_and_endpoints():
-    assert pick_field({"properties": {"metadata": {"type": "object"}, "message": {"type": "string"}}}, (), "action") == "message"
+    assert (
+        pick_field({"properties": {"metadata": {"type": "object"}, "message": {"type": "string"}}}, (), "action")
+        == "message"
+    )
     opt = {"anyOf": [{"type": "string"}, {"type": "null"}]}
     assert pick_field({"properties": {"prompt": opt, "text": {"type": "string"}}}, ("text",), "observation") == "text"
     assert endpoints("https://host.hf.space/") == ("https://host.hf.space", "wss://host.hf.space/ws")
@@ -291,8 +296,11 @@ def test_train_two_steps_and_failed_episodes_are_dropped_and_counted(tmp_path):
 # ---- OpenEnv's own server, where the openenv package is installed ------------------------------------------------
 @pytest.fixture
 def echo_server(tmp_path):
-    """The scaffold env that `openenv init` writes (shipped inside the openenv wheel), served by OpenEnv's create_app."""
-    pytest.importorskip("openenv.core.env_server", reason="the openenv package is not installed (bash .ci/openenv-venv.sh)")
+    """The scaffold env that `openenv init` writes (shipped inside the openenv wheel), served by OpenEnv's
+    create_app."""
+    pytest.importorskip(
+        "openenv.core.env_server", reason="the openenv package is not installed (bash .ci/openenv-venv.sh)"
+    )
     from openenv_helpers import served_scaffold
 
     with served_scaffold(tmp_path, max_sessions=4) as url:

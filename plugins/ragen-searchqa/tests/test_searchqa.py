@@ -1,5 +1,5 @@
 """ragen-searchqa: scoring, actions, the procedural KB, HotpotQA loading, the real retrieval server (API, errors,
-concurrency, lifecycle), the env contract and the expert (environments.md §9, issue 5)."""
+concurrency, lifecycle), the env contract and the expert (environments.md §9)."""
 
 import json
 import os
@@ -459,7 +459,7 @@ def raw_reply(port, data: bytes) -> tuple[int, dict[str, str], bytes]:
 
 @pytest.mark.parametrize("method", ["OPTIONS", "HEAD", "TRACE", "PUT", "DELETE", "PATCH", "CONNECT", "BREW"])
 def test_unsupported_methods_are_405_with_allow(thread_server, method):
-    """Issue 16: OPTIONS/HEAD/TRACE were answered 501."""
+    """A regression: OPTIONS/HEAD/TRACE were answered 501."""
     port = thread_server.server_address[1]
     for path, allow in (("/retrieve", "POST"), ("/health", "GET")):
         status, headers, body = raw_reply(port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -484,7 +484,7 @@ def _nested(depth: int) -> bytes:
     b'{"query": "alpha"' + b', "x": 1' * 50_000 + b"}",
 ])
 def test_no_5xx_on_malformed_bodies(thread_server, body):
-    """Issue 16: a 100k-deep JSON array made the server drop the connection."""
+    """A 100k-deep JSON array made the server drop the connection."""
     status, _, reply = raw_reply(
         thread_server.server_address[1],
         b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body,

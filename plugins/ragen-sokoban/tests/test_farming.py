@@ -1,4 +1,4 @@
-"""ragen-sokoban, issue 26: the dense reward cannot be farmed.
+"""ragen-sokoban: the dense reward cannot be farmed.
 
 Sokoban's only dense reward is gym-sokoban's box-on-target shaping: +1 when a push puts a box on a target, -1 when a
 push takes one off, -0.1 every move. It is a potential (the number of boxes on targets), so pushing a box on and off

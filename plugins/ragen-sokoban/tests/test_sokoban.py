@@ -514,7 +514,7 @@ def test_boxoban_expert_solves_hard_levels():
         assert ep.success, seed
 
 
-# ---- state diagnostics: optimal actions and the potential (issue 24) ---------------------------------------------
+# ---- state diagnostics: optimal actions and the potential ---------------------------------------------
 def _moves_left(env) -> int | None:
     """Fewest moves to solve from the env's state, by the plain move-level BFS (independent of the judge's search)."""
     moves = solve_moves(env.board, env.player, env.boxes)

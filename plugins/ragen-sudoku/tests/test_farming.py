@@ -1,4 +1,4 @@
-"""ragen-sudoku, issue 26: the dense reward cannot be farmed.
+"""ragen-sudoku: the dense reward cannot be farmed.
 
 The dense scheme pays +1.0 for the solution's digit in an empty cell, +0.5 for a legal other digit, +0.5 for
 overwriting to the solution's digit, 0 for other overwrites and repeats, -0.1 for a rule broken; and one cell earns

@@ -1,5 +1,5 @@
 """ragen-webshop: catalogue, reward, search, server routes, text browser, env contract, expert, server lifecycle
-(environments.md §10, issue 5)."""
+(environments.md §10)."""
 
 import json
 import os
@@ -434,7 +434,8 @@ def test_oversized_and_wrong_method_requests(small):
 
 @pytest.mark.parametrize("method", ["OPTIONS", "HEAD", "TRACE", "PUT", "PATCH", "CONNECT", "BREW"])
 def test_unsupported_methods_are_405_with_allow(small, method):
-    """Issue 16: Flask answered OPTIONS and HEAD on every route by itself; the shop serves only its routes' methods."""
+    """A regression: Flask answered OPTIONS and HEAD on every route by itself; the shop serves only its routes'
+    methods."""
     _, client = small
     vid = _visit(client)["visit"]
     for path, allow in (("/api/visit", "POST"), (f"/api/visit/{vid}", "DELETE, GET"), ("/health", "GET, POST"),
@@ -453,7 +454,7 @@ def _nested(depth: int) -> bytes:
     b"{" * 50_000, b"\x00" * 1000, b'{"goal_index": 1e999}',
 ])
 def test_no_5xx_on_malformed_bodies(small, body):
-    """Issue 16: a 100k-deep JSON array was answered 500."""
+    """A 100k-deep JSON array was answered 500."""
     _, client = small
     r = client.post("/api/visit", data=body, content_type="application/json")
     assert r.status_code == 400 and "goal_index" in r.get_json()["error"]
