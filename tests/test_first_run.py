@@ -3,12 +3,12 @@
 The venv is new (its own prefix, no build artefacts) and reuses the installed packages through a ``.pth`` line, since
 the test runs offline; HOME, the torch extensions folder and every cache folder are empty. Two times are measured
 from launching ``python -m ragen run``: start-up, until the run folder's ``config.yaml`` is written (imports, the
-built-in model, ``init_distributed`` and the DeepSpeed engine: where DeepSpeed JIT-compiled its shm comm op before
-the fast-step work, about 83 CPU-seconds, 5 minutes of wall time on a loaded machine), and until the step-0 validation
-line lands in ``metrics.jsonl``, when step 1 starts. The warm start is off (``--no-warmstart``): it is a chosen fine-tuning run,
-cached after the first time, not start-up overhead. The run is small (frozenlake, 24-token responses), since an
+built-in model, ``init_distributed`` and the DeepSpeed engine: where DeepSpeed JIT-compiled its shm comm op before the
+fast-step work, about 83 CPU-seconds, 5 minutes of wall time on a loaded machine), and until the step-0 validation line
+lands in ``metrics.jsonl``, when step 1 starts. The warm start is off (``--no-warmstart``): it is a chosen fine-tuning
+run, cached after the first time, not start-up overhead. The run is small (frozenlake, 24-token responses), since an
 untrained model's validation on the default env writes up to the response cap (8 minutes of the first attempt on a
-loaded machine). The issue's target is < 30 s on an idle machine; the bound is loose: 3x that, more under load.
+loaded machine). The target is < 30 s on an idle machine; the bound is loose: 3x that, more under load.
 """
 
 import os
