@@ -73,8 +73,7 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
             ctx_norm = AggNorm.of(contexts) if prompt_weight > 0 else None
             total = 0.0
             for m, ctx in zip(micros, contexts):
-                hidden = module.get_decoder()(input_ids=m.input_ids, attention_mask=m.attention_mask,
-                                              position_ids=m.position_ids).last_hidden_state
+                hidden = module.get_decoder()(input_ids=m.input_ids, **forward_masks(m)).last_hidden_state
                 lp, _ = token_logprobs(hidden, module.get_output_embeddings(), m.input_ids, chunk=chunk)
                 loss = aggregate(-lp, m.loss_mask, "token-mean", norm)
                 if ctx is not None:  # its own token mean: the prompt's many tokens do not dilute the responses' loss
@@ -90,6 +89,19 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
     bar.close()
     return {"sft/loss_first": losses[0] if losses else 0.0, "sft/loss_last": losses[-1] if losses else 0.0,
             "sft/updates": len(losses), **({"sft/interrupted": 1.0} if interrupted else {})}
+
+
+def forward_masks(batch) -> dict:
+    """The attention mask and positions ``sft`` gives the model for ``batch``'s rows.
+
+    Rows without history-window blocks are right-padded, so causal attention alone keeps every real token off the
+    padding (which only follows it): no mask and default positions (0, 1, ... on every real token, as collate's), and
+    SDPA takes its causal kernel instead of a materialised padding mask (faster per micro-batch). Padding's own
+    outputs change, but no loss reads them. Explicit positions would not do: padding repeats the last one, which the
+    model reads as packed sequences and masks again."""
+    if batch.blocks is None:
+        return {"attention_mask": None, "position_ids": None}
+    return {"attention_mask": batch.attention_mask, "position_ids": batch.position_ids}
 
 
 def context_mask(batch) -> torch.Tensor:
