@@ -179,11 +179,32 @@ def build_tiny_model(
     corpus_seeds: int = CORPUS_SEEDS,
 ) -> str:
     """Build the tiny tokenizer + random Qwen2 model into ``out_dir`` (a normal HF directory); returns its path."""
+    return build_from_corpus(
+        out_dir, build_corpus(env_names, seeds=corpus_seeds), [env_label(e) for e in env_names], seed=seed,
+        vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+        num_kv_heads=num_kv_heads, intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,
+    )
+
+
+def build_from_corpus(
+    out_dir: str | os.PathLike,
+    corpus: Sequence[str],
+    env_labels: Sequence[str],
+    seed: int = 0,
+    vocab_size: int = 1024,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    intermediate_size: int = 256,
+    max_position_embeddings: int = 4096,
+) -> str:
+    """``build_tiny_model`` from a corpus already built (``models.cache`` hashes the corpus for its key first)."""
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     out = Path(out_dir)
-    tokenizer = train_tokenizer(build_corpus(env_names, seeds=corpus_seeds), vocab_size=vocab_size)
+    tokenizer = train_tokenizer(corpus, vocab_size=vocab_size)
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen2Config(
@@ -207,11 +228,11 @@ def build_tiny_model(
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
     model.save_pretrained(out)
-    (out / "RAGEN_TINY").write_text(f"seed={seed} vocab_size={vocab_size} envs={[_env_label(e) for e in env_names]}\n")
+    (out / "RAGEN_TINY").write_text(f"seed={seed} vocab_size={vocab_size} envs={list(env_labels)}\n")
     return str(out)
 
 
-def _env_label(item: str | Env) -> str:
+def env_label(item: str | Env) -> str:
     return item if isinstance(item, str) else getattr(item, "name", type(item).__name__)
 
 

