@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ragen.contract.env import Env
 from ragen.log import log
+from ragen.plugins.loader import distribution_version
 
 #: bump when the build writes different files for the same inputs in a way the key does not see
 CACHE_VERSION = 1
@@ -35,15 +36,6 @@ def cache_base() -> Path:
     (each cache lives in a subfolder: ``warmstart``, ``builtin``)."""
     return Path(os.environ.get("RAGEN_CACHE_DIR")
                 or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ragen")
-
-
-def _version(dist: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH: the corpus hash still covers envs
-        return "unknown"
 
 
 def key_inputs(name: str, corpus: Sequence[str], env_labels: Sequence[str], build: dict) -> dict:
@@ -65,7 +57,8 @@ def key_inputs(name: str, corpus: Sequence[str], env_labels: Sequence[str], buil
         "cell_pattern": builtin.CELL_PATTERN,
         "special_tokens": list(builtin.SPECIAL_TOKENS),
         "chat_template": builtin.CHATML_TEMPLATE,
-        "versions": {dist: _version(dist) for dist in LIBRARIES},
+        # a checkout on PYTHONPATH has no version: the corpus hash still covers its envs
+        "versions": {dist: distribution_version(dist) or "unknown" for dist in LIBRARIES},
     }
 
 
