@@ -21,7 +21,6 @@ and counts it in ``rollout/failed_envs``, as for any env failure.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import math
 import os
@@ -31,6 +30,7 @@ from urllib.parse import urlparse, urlunparse
 import attrs
 
 from ragen import TOKEN_ENV, ConfigError, Env, EnvConfig, EnvError, option
+from ragen.serve.net import is_loopback
 
 #: field names preferred when a schema has several text fields (first match wins)
 ACTION_FIELDS = ("action", "message", "text", "command", "content", "code", "answer")
@@ -87,15 +87,6 @@ class OpenEnvConfig(EnvConfig):
                                            "accepted.")
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def endpoints(url: str) -> tuple[str, str]:
     """``(http_base, ws_url)`` of a server given as http(s):// or ws(s)://, path prefix kept."""
     parsed = urlparse(url.strip())
@@ -149,7 +140,7 @@ class Connection:
         self.timeout = timeout_s
         kwargs: dict[str, Any] = {"open_timeout": timeout_s, "max_size": 100 * 1024 * 1024,
                                   "additional_headers": {"Authorization": f"Bearer {token}"} if token else None}
-        if _is_loopback(urlparse(ws_url).hostname or ""):
+        if is_loopback(urlparse(ws_url).hostname or ""):
             kwargs["proxy"] = None  # never send loopback traffic through a proxy from the environment
         self._stack = contextlib.ExitStack()  # the connection is a context manager held across calls (websockets)
         try:
@@ -220,7 +211,7 @@ def get_json(base: str, path: str, token: str, timeout_s: float) -> Any:
     url = base + path
     request = urllib.request.Request(url, headers={"Accept": "application/json",
                                                    **({"Authorization": f"Bearer {token}"} if token else {})})
-    handlers = [urllib.request.ProxyHandler({})] if _is_loopback(urlparse(base).hostname or "") else []
+    handlers = [urllib.request.ProxyHandler({})] if is_loopback(urlparse(base).hostname or "") else []
     try:
         with urllib.request.build_opener(*handlers).open(request, timeout=timeout_s) as resp:
             return json.loads(resp.read().decode("utf-8"))
