@@ -5,7 +5,7 @@ Two variants of ``sft``'s forward pass, run in alternation (A B A B ...) in one 
 hits both alike:
 
 - ``masked``: the rows' 2D padding mask and collate's positions (the warm start before it dropped the mask);
-- ``causal``: right-padded rows with no mask (``ragen.warmstart.sft.forward_masks``), SDPA's causal kernel.
+- ``causal``: right-padded rows with no mask (``ragen.warmstart.sft.causal_forward_masks``), SDPA's causal kernel.
 
 Each round trains a fresh copy of the same initial weights for ``--updates`` updates of the same shuffled batches,
 so both variants do the same arithmetic but for the mask. Medians of the rounds' updates per wall second and per CPU
@@ -40,7 +40,7 @@ def masked(batch) -> dict:
     return {"attention_mask": batch.attention_mask, "position_ids": batch.position_ids}
 
 
-VARIANTS = {"masked": masked, "causal": sft_module.forward_masks}
+VARIANTS = {"masked": masked, "causal": sft_module.causal_forward_masks}
 
 
 def timed(model, tok, demos, variant: str, updates: int, batch: int, seed: int) -> tuple[float, float]:
@@ -55,7 +55,7 @@ def timed(model, tok, demos, variant: str, updates: int, batch: int, seed: int) 
                              seed=seed, prompt_weight=1.0)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
-        sft_module.forward_masks = VARIANTS["causal"]
+        sft_module.forward_masks = VARIANTS["masked"]
     return out["sft/updates"] / elapsed, out["sft/updates"] / cpu
 
 

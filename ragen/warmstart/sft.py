@@ -92,7 +92,15 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
 
 
 def forward_masks(batch) -> dict:
-    """The attention mask and positions ``sft`` gives the model for ``batch``'s rows.
+    """The attention mask and positions ``sft`` gives the model for ``batch``'s rows: the padding mask and collate's
+    positions. ``causal_forward_masks`` is faster and equal up to floating point, but not the default: its last-bit
+    differences were enough to turn the main job's 24-epoch sokoban warm start from one that reads the board into a
+    blind one (docs/notes/2026-11-28-warmstart-speed.md), so the warm start keeps the arithmetic it was measured on."""
+    return {"attention_mask": batch.attention_mask, "position_ids": batch.position_ids}
+
+
+def causal_forward_masks(batch) -> dict:
+    """The faster forward pass (bench/warmstart_speed.py, 0.83-0.90x time per update; not the default).
 
     Rows without history-window blocks are right-padded, so causal attention alone keeps every real token off the
     padding (which only follows it): no mask and default positions (0, 1, ... on every real token, as collate's), and
@@ -101,7 +109,7 @@ def forward_masks(batch) -> dict:
     model reads as packed sequences and masks again."""
     if batch.blocks is None:
         return {"attention_mask": None, "position_ids": None}
-    return {"attention_mask": batch.attention_mask, "position_ids": batch.position_ids}
+    return forward_masks(batch)
 
 
 def context_mask(batch) -> torch.Tensor:

@@ -1,5 +1,6 @@
-"""The warm start's forward pass gives right-padded rows no attention mask (so SDPA takes its causal kernel): the
-padding after a row must not change the loss of its real tokens."""
+"""The warm start's faster forward pass (``causal_forward_masks``, bench/warmstart_speed.py; not the default) gives
+right-padded rows no attention mask (so SDPA takes its causal kernel): the padding after a row must not change the
+loss of its real tokens. The default (``forward_masks``) keeps the padding mask."""
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -7,7 +8,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from ragen.contract.trajectory import Trajectory
 from ragen.train.batch import collate
 from ragen.train.losses import token_logprobs
-from ragen.warmstart.sft import forward_masks
+from ragen.warmstart.sft import causal_forward_masks, forward_masks
 
 
 def _traj(ids: list[int], n_prompt: int) -> Trajectory:
@@ -25,7 +26,7 @@ def _model(attn: str) -> Qwen2ForCausalLM:
 
 
 def _logprobs(model, batch) -> torch.Tensor:
-    hidden = model.get_decoder()(input_ids=batch.input_ids, **forward_masks(batch)).last_hidden_state
+    hidden = model.get_decoder()(input_ids=batch.input_ids, **causal_forward_masks(batch)).last_hidden_state
     return token_logprobs(hidden, model.get_output_embeddings(), batch.input_ids, chunk=8)[0]
 
 
@@ -36,7 +37,8 @@ def test_right_padding_without_a_mask_leaves_the_real_tokens_loss_unchanged():
     for attn in ("sdpa", "eager"):
         model = _model(attn)
         padded = collate([short, long], pad_id=0, scores=[0.0, 0.0])
-        assert padded.blocks is None and forward_masks(padded)["attention_mask"] is None
+        assert padded.blocks is None and causal_forward_masks(padded)["attention_mask"] is None
+        assert forward_masks(padded)["attention_mask"] is padded.attention_mask  # the default keeps the mask
         assert int(padded.attention_mask[0].sum()) == 9 and padded.input_ids.shape[1] == 23  # 14 pads after row 0
         alone = collate([short], pad_id=0, scores=[0.0])
         with torch.no_grad():
