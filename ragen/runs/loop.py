@@ -16,6 +16,7 @@ from ragen.envs.resolved import ResolvedRun, as_resolved, resolve_run
 from ragen.errors import ConfigError, Interrupted, RagenError
 from ragen.log import configure_logging, log, progress
 from ragen.models import distributed as dp
+from ragen.runs.diagnosis import Watcher
 from ragen.train import interrupt
 from ragen.train.runlog import saved_config, unredact  # noqa: F401  (unredact: imported from here too)
 from ragen.train.trainer import Trainer
@@ -111,6 +112,7 @@ def run_steps(trainer: Trainer) -> None:
     cfg = trainer.cfg.trainer
     t_start = time.perf_counter()
     bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress and dp.is_main())
+    watch = Watcher.for_run(trainer.run_dir) if dp.is_main() else None  # a warning the first time a finding fires
     try:
         while trainer.step_idx < cfg.steps:
             if dp.all_reduce_sum([float(interrupt.requested())])[0]:  # every rank stops after the same step
@@ -127,6 +129,8 @@ def run_steps(trainer: Trainer) -> None:
             if last and trainer.cfg.rollout.n_paired_levels:  # in the last step's row, so rows[-1] stays a step's row
                 res.metrics.update(_paired_after(trainer))
             trainer.writer.metrics(step, res.metrics)
+            if watch is not None:
+                watch.warn(step, res.metrics)
             _show(trainer, bar, res.metrics, last=last)
             if stop:
                 log.warning("early_stopped", step=step, reason=stop)
