@@ -1,4 +1,4 @@
-"""Commands that read run folders: ``report`` and ``plot``."""
+"""Commands that read run folders: ``report``, ``plot`` and ``doctor``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import click
 
 from ragen.cli.group import cli
 from ragen.cli.options import runs_argument
+from ragen.runs.diagnosis import OPEN_LOOP_TRAIN_LEVELS
 
 
 @cli.command()
@@ -42,3 +43,22 @@ def plot(runs, metrics, out, dpi) -> None:
     curves = plot_mod.load_runs(list(runs))
     chosen = list(metrics) or plot_mod.present(curves, plot_mod.KEY_METRICS)
     click.echo(f"plot: {plot_mod.write_png(curves, chosen, out, dpi=dpi)}")
+
+
+@cli.command()
+@click.argument("run", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: each rule's status, findings, baseline.")
+@click.option("--open-loop/--no-open-loop", default=True, show_default=True,
+              help="Replay blind baselines in the env: the policy's most frequent action sequences, and the best "
+                   "fixed sequence (plays episodes: seconds to a minute).")
+@click.option("--search-levels", type=click.IntRange(min=0), default=OPEN_LOOP_TRAIN_LEVELS, show_default=True,
+              help="Training levels the best fixed sequence is chosen on (0: no exhaustive search).")
+def doctor(run, as_json, open_loop, search_levels) -> None:
+    """What is wrong with RUN (a run folder, finished or not): each finding with its evidence and what to try
+    (docs/diagnosis.md)."""
+    import json
+
+    from ragen.runs.diagnosis import diagnose, format_diagnosis
+
+    diag = diagnose(run, open_loop=open_loop, search_levels=search_levels)
+    click.echo(json.dumps(diag.to_json(), indent=2) if as_json else format_diagnosis(diag))

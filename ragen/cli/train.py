@@ -126,9 +126,10 @@ def run(config_path, env_name, algo_name, filter_name, model_name, parser_name, 
     with GracefulInterrupt("the current training step"):  # a first Ctrl-C: finish the step, checkpoint, exit
         run_dir = train(resolved, resume=resume, warmstart=warmstart)
     if int(os.environ.get("RANK", "0")) == 0:
+        from ragen.runs.diagnosis import summary_lines
         from ragen.runs.summary import format_summary, run_summary
 
-        click.echo(format_summary(run_summary(run_dir)))
+        click.echo("\n".join([format_summary(run_summary(run_dir)), *summary_lines(run_dir)]))
     click.echo(f"run folder: {run_dir}")
 
 

@@ -385,6 +385,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
         "penalty_mean": _mean([t.penalty for t in trajs]),
         "turns_mean": _mean([float(t.num_turns) for t in trajs]),
         "valid_format_rate": _mean([float(t.format_ok) for t in turns]),
+        # a policy paying a per-action cost can earn reward by acting less (docs/diagnosis.md, step-cost-farming)
+        "actions_per_turn": _mean([float(len(t.executed)) for t in turns]),
         "parse_match_rate": _mean([float(t.answer is not None) for t in turns]),
         "response_length_mean": _mean([float(t.response_length) for t in trajs]),
         "turn_length_clip_rate": _mean([float(t.truncated_response) for t in turns]),

@@ -16,8 +16,9 @@ from ragen.envs.resolved import ResolvedRun, as_resolved, resolve_run
 from ragen.errors import ConfigError, Interrupted, RagenError
 from ragen.log import configure_logging, log, progress
 from ragen.models import distributed as dp
+from ragen.runs.diagnosis import Watcher
 from ragen.train import interrupt
-from ragen.train.runlog import REDACTED
+from ragen.train.runlog import saved_config, unredact  # noqa: F401  (unredact: imported from here too)
 from ragen.train.trainer import Trainer
 
 
@@ -64,22 +65,9 @@ def _run_folder(run: ResolvedRun | None, resume: Path | None) -> tuple[ResolvedR
         run_dir = Path(resume)
         if not (run_dir / "config.yaml").is_file():
             raise ConfigError(f"--resume: {str(run_dir)!r} is not a run folder (no config.yaml)")
-        data = unredact(config_mod.read_file(run_dir / "config.yaml"))
-        if isinstance(data.get("rollout"), dict):  # written before rollout.prompt existed: that run saw the full frame
-            data["rollout"].setdefault("prompt", "full")
-        return resolve_run(config_mod.load_config(base=data)), run_dir
+        return resolve_run(config_mod.load_config(base=saved_config(run_dir))), run_dir
     dp.init_distributed(dp.pick_device(run.cfg.trainer.device))  # under a launcher every rank must agree on the folder
     return run, dp.broadcast_object(new_run_dir(run) if dp.is_main() else None)
-
-
-def unredact(data):
-    """A saved config with its redacted secrets emptied, so each one falls back to its environment variable (a remote
-    env's token to ``$RAGEN_ENV_TOKEN``) instead of being sent as the literal placeholder."""
-    if isinstance(data, dict):
-        return {k: ("" if v == REDACTED else unredact(v)) for k, v in data.items()}
-    if isinstance(data, list):
-        return [unredact(v) for v in data]
-    return data
 
 
 def _initial_model(run: ResolvedRun, run_dir: Path, resume: bool) -> tuple[Path | None, dict]:
@@ -124,6 +112,7 @@ def run_steps(trainer: Trainer) -> None:
     cfg = trainer.cfg.trainer
     t_start = time.perf_counter()
     bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress and dp.is_main())
+    watch = Watcher.for_run(trainer.run_dir) if dp.is_main() else None  # a warning the first time a finding fires
     try:
         while trainer.step_idx < cfg.steps:
             if dp.all_reduce_sum([float(interrupt.requested())])[0]:  # every rank stops after the same step
@@ -140,6 +129,8 @@ def run_steps(trainer: Trainer) -> None:
             if last and trainer.cfg.rollout.n_paired_levels:  # in the last step's row, so rows[-1] stays a step's row
                 res.metrics.update(_paired_after(trainer))
             trainer.writer.metrics(step, res.metrics)
+            if watch is not None:
+                watch.warn(step, res.metrics)
             _show(trainer, bar, res.metrics, last=last)
             if stop:
                 log.warning("early_stopped", step=step, reason=stop)

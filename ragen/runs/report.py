@@ -1,15 +1,16 @@
 """``ragen report``: one self-contained HTML file for one or more run (or ``ragen eval``) folders.
 
-The page holds the key curves (several runs overlaid, validation points, early-stop and warm-start events), the
-RAGEN-V2 collapse panel, a trajectory viewer, each run's config and its summary numbers. Curves are matplotlib SVG
-inlined in the page and the viewer is a small script from ``ragen/runs/templates``, so the file needs no network to view
-(docs/report.md says why).
+The page holds what is wrong with each run (the diagnosis, ragen/runs/diagnosis.py), the key curves (several runs
+overlaid, validation points, early-stop and warm-start events), the RAGEN-V2 collapse panel, a trajectory viewer,
+each run's config and its summary numbers. Curves are matplotlib SVG inlined in the page and the viewer is a small
+script from ``ragen/runs/templates``, so the file needs no network to view (docs/report.md says why).
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -364,6 +365,50 @@ def _state_bars(bars: list[tuple[str, dict]]):
     return fig
 
 
+# ---- diagnosis ------------------------------------------------------------------------------------------------------
+
+
+def _finding_figure(rows: list[dict], name: str, metric: str, threshold: float | None):
+    """One finding's metric against step, with the threshold its rule used as a dashed line."""
+    fig, ax = plot.panel_figure((4.2, 2.4))
+    plot.draw(ax, {name: rows}, metric)
+    if threshold is not None and math.isfinite(threshold):
+        ax.axhline(threshold, color="grey", linestyle="--", linewidth=1)
+    return fig
+
+
+def _diagnosis_html(runs: list[dict], curves: list[str]) -> str:
+    """Each run's findings (ragen/runs/diagnosis.py; docs/diagnosis.md), most severe first: what was seen, what to try
+    and its curve (the panel under Curves when drawn there, else a small one here)."""
+    from ragen.runs.diagnosis import NOT_MEASURED, diagnose_rows
+
+    items = []
+    for r in runs:
+        if not r["metrics"]:
+            continue
+        d = diagnose_rows(r["metrics"], Path(r["dir"]))
+        quiet = ", ".join(c.code for c in d.checks if c.status == NOT_MEASURED)
+        if not d.findings:
+            items.append(f"<p>{html.escape(r['name'])}: no finding"
+                         + (f" <span class=meta>(not measured: {html.escape(quiet)})</span>" if quiet else "") + "</p>")
+            continue
+        for f in d.findings:
+            metric = f.metric
+            where = (f"<a href='#curves' data-metric='{html.escape(metric)}'>{html.escape(metric)}</a> under Curves"
+                     if metric in curves else f"<code>{html.escape(metric)}</code>")
+            fig = ""
+            if metric and metric not in curves and plot.series(r["metrics"], metric)[0]:
+                svg = plot.to_svg(_finding_figure(r["metrics"], r["name"], metric, f.evidence[0].threshold))
+                fig = f"<figure class=finding-curve data-metric='{html.escape(metric)}'>{svg}</figure>"
+            items.append(
+                f"<div class='finding {f.severity}' data-code='{html.escape(f.code)}'><p><b>[{f.severity}] "
+                f"{html.escape(f.code)}</b> ({html.escape(r['name'])}): {html.escape(f.summary)}</p>"
+                f"<p class=meta>Try: {html.escape(f.action)} Curve: {where}.</p>{fig}</div>")
+        if quiet:
+            items.append(f"<p class=meta>{html.escape(r['name'])}: not measured: {html.escape(quiet)}</p>")
+    return "".join(items) or "<p>No training metrics to diagnose (an eval folder).</p>"
+
+
 def _data_json(runs: list[dict]) -> str:
     data = [{"name": r["name"], "strings": r["strings"], "trajectories": r["trajectories"]} for r in runs]
     # '</' and '<!--' would end or confuse the script element; JSON allows the escaped forms
@@ -380,6 +425,7 @@ def render(runs: list[dict]) -> str:
         "GENERATED": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "RUNS": "".join(f"<li><code>{html.escape(r['dir'])}</code> ({len(r['metrics'])} metric rows, "
                         f"{len(r['trajectories'])} trajectories)</li>" for r in runs),
+        "DIAGNOSIS": _diagnosis_html(runs, metrics),
         "CURVES": (_panels(curves, metrics) if metrics
                    else "<p>No training curves (an eval folder, or no step trained yet).</p>"),
         "COLLAPSE": _collapse_html(runs, curves) if curves else "<p>No training metrics.</p>",

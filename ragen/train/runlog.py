@@ -34,6 +34,27 @@ def redact(data: Any) -> Any:
     return data
 
 
+def unredact(data):
+    """A saved config with its redacted secrets emptied, so each one falls back to its environment variable (a remote
+    env's token to ``$RAGEN_ENV_TOKEN``) instead of being sent as the literal placeholder."""
+    if isinstance(data, dict):
+        return {k: ("" if v == REDACTED else unredact(v)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [unredact(v) for v in data]
+    return data
+
+
+def saved_config(run_dir: Path) -> dict:
+    """A run folder's config.yaml as config data a ``RunConfig`` is loaded from (a resume, ``ragen doctor``): secrets
+    emptied (``unredact``), and a folder written before ``rollout.prompt`` existed gets the full frame it saw."""
+    from ragen.config import read_file
+
+    data = unredact(read_file(Path(run_dir) / "config.yaml"))
+    if isinstance(data.get("rollout"), dict):
+        data["rollout"].setdefault("prompt", "full")
+    return data
+
+
 def _refuse_link(path: Path) -> None:
     if path.is_symlink():
         from ragen.errors import RagenError

@@ -259,6 +259,30 @@ def test_real_run_report(real_run):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_doctor_on_the_real_run_of_an_untrained_model(real_run):
+    """The tiny model as initialised, no warm start (TINY): no member of any group succeeds or even answers, so every
+    group's rewards are equal and `ragen doctor` names zero signal with the run's own numbers; its 2 greedy levels are
+    replayed blind (the best of every 10-action sequence on 16 training levels) and the policy is not above that."""
+    run, rows, _ = real_run
+    proc = subprocess.run(ragen_cmd("doctor", str(run), "--json", "--search-levels", "16"), capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    found = {f["code"]: f for f in data["findings"]}
+    assert rows[-1]["rollout/frac_zero_std_groups"] == 1.0  # what the untrained model does (checked, not assumed)
+    zero = found["zero-signal"]
+    assert zero["severity"] == "high" and zero["evidence"][0]["values"] == [1.0]
+    assert zero["evidence"][0]["steps"] == [2, 2]  # the last half of the two steps
+    base = data["open_loop"]
+    assert base["levels"] == 2 and base["policy"] == rows[-1]["paired/success_after"] and len(base["sequence"]) == 10
+    assert "blind-policy" in found and found["blind-policy"]["severity"] == "warning"  # only the blind replay says so
+    text = subprocess.run(ragen_cmd("doctor", str(run), "--no-open-loop"), capture_output=True, text=True,
+                          timeout=300).stdout
+    findings = [line.split(":")[0].strip() for line in text.splitlines() if line.startswith("  [")]
+    assert findings == ["[high] zero-signal", "[warning] no-learning"]  # blind-policy needs the replay here
+
+
 def test_real_run_logs_val_generations_table_to_wandb(real_run):
     run, rows, _ = real_run
     tables = sorted(run.glob("wandb/offline-run-*/files/media/table/val/generations_*.table.json"))

@@ -1,0 +1,270 @@
+"""The diagnosis (ragen/runs/diagnosis.py): every finding provoked by metrics rows in a real run-folder layout, a
+healthy run that raises none, an old run folder whose missing metrics read "not measured", the open-loop baseline of
+a policy that plays one sequence blind, `ragen doctor` (text, --json, one-line errors), the live warning (once per
+finding), the summary's lines and the report's Diagnosis panel."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ragen_cmd
+
+from ragen.runs import diagnosis as dg
+from ragen.runs import report
+
+STEPS = 30
+
+
+def wobble(s: int, size: float) -> float:
+    """A deterministic zero-mean wobble (period 3), so a flat metric has noise but no trend."""
+    return size * ((s % 3) - 1)
+
+
+def healthy_rows(steps: int = STEPS) -> list[dict]:
+    """A run that learns a little and shows nothing wrong: every metric a rule reads, at plausible values."""
+    val = {"val/num_trajectories": 64.0, "val/optimal_action_rate": 0.45, "val/optimal_action_chance": 0.26,
+           "val/judged_actions": 380.0, "val/distinct_first_answers": 14.0}
+    rows = [{"step": 0, "val/success": 0.30, **val}]
+    for s in range(1, steps + 1):
+        row = {"step": s, "rollout/success": 0.3 + wobble(s, 0.05), "reward/mean": 1.0 + wobble(s, 0.2),
+               "rollout/score": 1.0 + wobble(s, 0.2), "rollout/frac_zero_std_groups": 0.25,
+               "rollout/valid_format_rate": 0.97 + wobble(s, 0.02), "rollout/actions_per_turn": 1.7 + wobble(s, 0.1),
+               "rollout/response_length_mean": 40 + wobble(s, 3), "actor/entropy": 0.15 + wobble(s, 0.02),
+               "actor/ppo_kl": 0.001, "actor/ref_kl": 0.01 + wobble(s, 0.005), "actor/grad_norm": 0.6 + wobble(s, 0.2),
+               "actor/skipped_updates": 0.0, "collapse_first_turn_sample/mi_estimate": 1.0,
+               "collapse_first_turn_sample/mi_upper_bound": 2.77,
+               "collapse_first_turn_sample/conditional_entropy_est": 1.2}
+        if s % 10 == 0:
+            row |= {"val/success": 0.30 + 0.02 * s / 10, **val}
+        rows.append(row)
+    rows[-1] |= {"paired/levels": 256.0, "paired/success_before": 0.30, "paired/success_after": 0.36,
+                 "paired/change": 0.06, "paired/se": 0.025, "paired/z": 2.3, "paired/discordant_better": 28.0,
+                 "paired/discordant_worse": 13.0}
+    return rows
+
+
+def ramp(s: int, start: float, end: float, steps: int = STEPS) -> float:
+    return start + (end - start) * (s - 1) / (steps - 1)
+
+
+def with_series(rows: list[dict], metric: str, f) -> list[dict]:
+    for r in rows:
+        if r["step"] > 0 and metric in r:
+            r[metric] = f(r["step"])
+    return rows
+
+
+def last_val(rows: list[dict], **values) -> list[dict]:
+    next(r for r in reversed(rows) if "val/success" in r).update(values)
+    return rows
+
+
+#: (code, severity, the evidence's metric, how the healthy rows are changed to provoke it)
+PROVOKED = [
+    ("blind-policy", "high", "val/optimal_action_rate",
+     lambda rows: last_val(rows, **{"val/optimal_action_rate": 0.27, "val/optimal_action_chance": 0.26})),
+    ("blind-policy", "high", "val/distinct_first_answers",
+     lambda rows: last_val(rows, **{"val/distinct_first_answers": 1.0})),
+    ("template-collapse", "warning", "collapse_first_turn_sample/mi_estimate",
+     lambda rows: with_series(rows, "collapse_first_turn_sample/mi_estimate", lambda s: 0.05)),
+    ("zero-signal", "high", "rollout/frac_zero_std_groups",
+     lambda rows: with_series(rows, "rollout/frac_zero_std_groups", lambda s: 0.25 if s < 6 else 0.9)),
+    ("format-collapse", "high", "rollout/valid_format_rate",
+     lambda rows: with_series(rows, "rollout/valid_format_rate", lambda s: ramp(s, 1.0, 0.5) + wobble(s, 0.02))),
+    ("step-cost-farming", "high", "rollout/actions_per_turn",
+     lambda rows: with_series(rows, "rollout/actions_per_turn", lambda s: ramp(s, 1.66, 1.06) + wobble(s, 0.05))),
+    ("length-drift", "warning", "rollout/response_length_mean",
+     lambda rows: with_series(rows, "rollout/response_length_mean", lambda s: ramp(s, 40, 120) + wobble(s, 3))),
+    ("reward-without-success", "high", "reward/mean",
+     lambda rows: with_series(rows, "reward/mean", lambda s: ramp(s, 1.0, 5.0) + wobble(s, 0.2))),
+    ("entropy-collapse", "warning", "actor/entropy",
+     lambda rows: with_series(rows, "actor/entropy", lambda s: 0.5 if s <= 10 else 0.02)),
+    ("kl-blowup", "high", "actor/ref_kl", lambda rows: with_series(rows, "actor/ref_kl", lambda s: ramp(s, 0.01, 2.0))),
+    ("unstable-update", "high", "actor/skipped_updates",
+     lambda rows: with_series(rows, "actor/skipped_updates", lambda s: 1.0 if s == 12 else 0.0)),
+    ("unstable-update", "warning", "actor/grad_norm",
+     lambda rows: with_series(rows, "actor/grad_norm", lambda s: 50.0 if s == 15 else 0.6 + wobble(s, 0.2))),
+    ("no-learning", "warning", "paired/z", lambda rows: rows[:-1] + [rows[-1] | {"paired/z": 0.4}]),
+    ("overfit-levels", "warning", "rollout/success",
+     lambda rows: with_series(rows, "rollout/success", lambda s: ramp(s, 0.2, 0.8) + wobble(s, 0.05))),
+]
+
+
+def write_run(folder: Path, rows: list[dict], config: dict | None = None, **files: list[dict]) -> Path:
+    """A run folder as ``ragen run`` lays it out: metrics.jsonl, config.yaml and any trajectory files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "config.yaml").write_text(yaml.safe_dump(config or {"env": {"name": "frozenlake"}}))
+    for name, items in files.items():
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in items))
+    return folder
+
+
+def test_a_healthy_run_raises_nothing_and_every_rule_is_measured(tmp_path):
+    d = dg.diagnose(write_run(tmp_path / "ok", healthy_rows()))
+    assert d.findings == []
+    assert {c.code: c.status for c in d.checks} == {code: dg.CLEAR for code in dg.CODES}
+
+
+@pytest.mark.parametrize("code, severity, metric, provoke", PROVOKED,
+                         ids=[f"{p[0]}-{p[2].split('/')[-1]}" for p in PROVOKED])
+def test_each_finding_fires_with_its_evidence(tmp_path, code, severity, metric, provoke):
+    d = dg.diagnose(write_run(tmp_path / "run", provoke(healthy_rows())))
+    found = {f.code: f for f in d.findings}
+    assert code in found, [c.to_json() for c in d.checks if c.code == code]
+    f = found[code]
+    assert f.severity == severity
+    assert metric in [e.metric for e in f.evidence]
+    ev = next(e for e in f.evidence if e.metric == metric)
+    assert ev.values and ev.steps is not None and f.action == dg.RULE[code].action
+    assert set(found) == {code}  # the other rules stay quiet: each provocation moves one metric
+
+
+def test_thresholds_are_the_named_constants(tmp_path):
+    rows = with_series(healthy_rows(), "rollout/frac_zero_std_groups", lambda s: 0.9)
+    [f] = dg.diagnose(write_run(tmp_path / "z", rows)).findings
+    assert f.evidence[0].threshold == dg.ZERO_SIGNAL_SHARE and f.evidence[0].values == (pytest.approx(0.9),)
+    assert f.evidence[0].steps == (16, 30)  # the last half of the 30 steps
+    rows = with_series(healthy_rows(), "rollout/frac_zero_std_groups", lambda s: dg.ZERO_SIGNAL_SHARE - 0.01)
+    assert dg.diagnose(write_run(tmp_path / "just-below", rows)).findings == []
+
+
+def test_zero_spread_on_solved_levels_is_information_not_an_alarm(tmp_path):
+    rows = with_series(healthy_rows(), "rollout/frac_zero_std_groups", lambda s: 1.0)
+    rows = with_series(rows, "rollout/success", lambda s: 1.0)
+    [f] = dg.diagnose(write_run(tmp_path / "solved", rows)).findings
+    assert (f.code, f.severity) == ("zero-signal", "info") and "training levels are solved" in f.summary
+    assert [e.metric for e in f.evidence] == ["rollout/frac_zero_std_groups", "rollout/success"]
+
+
+def test_an_old_run_folder_reads_not_measured_and_doctor_works_on_it(tmp_path):
+    """A folder from before most diagnostics: only success and reward, three steps, no config or trajectories."""
+    rows = [{"step": 0, "val/success": 0.1}] + [{"step": s, "rollout/success": 0.1, "reward/mean": 0.0}
+                                                for s in (1, 2, 3)]
+    run = tmp_path / "old"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "rollo')  # torn
+    d = dg.diagnose(run)
+    assert d.findings == [] and all(c.status == dg.NOT_MEASURED and c.note for c in d.checks)
+    proc = subprocess.run(ragen_cmd("doctor", str(run)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "no finding" in proc.stdout and "not measured: blind-policy, template-collapse" in proc.stdout
+    assert "open-loop baseline: not measured (no config.yaml)" in proc.stdout
+
+
+def test_doctor_json_and_one_line_errors(tmp_path):
+    run = write_run(tmp_path / "z", with_series(healthy_rows(), "rollout/frac_zero_std_groups", lambda s: 1.0))
+    proc = subprocess.run(ragen_cmd("doctor", str(run), "--json", "--no-open-loop"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert [f["code"] for f in data["findings"]] == ["zero-signal"]
+    assert data["findings"][0]["metric"] == "rollout/frac_zero_std_groups" and data["open_loop"] is None
+    assert {c["code"] for c in data["checks"]} == set(dg.CODES)
+    text = subprocess.run(ragen_cmd("doctor", str(run), "--no-open-loop"), capture_output=True, text=True,
+                          timeout=300).stdout
+    assert "[high] zero-signal: 100% of groups had zero reward spread" in text and "try: " in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run(ragen_cmd("doctor", str(empty)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == f"Error: {str(empty)!r} is not a run folder (no metrics.jsonl)"
+
+
+def paired_rows(sequence: list[str], seeds: range, successes: dict[int, bool]) -> list[dict]:
+    """paired_trajectories.jsonl rows of the greedy pass after RL: every level played with ``sequence``."""
+    turns = [{"executed": sequence[i:i + 2]} for i in range(0, len(sequence), 2)]
+    return [{"step": STEPS, "pass": "after", "env_name": "frozenlake", "seed": s, "split": "val", "rollout_index": 0,
+             "success": successes[s], "turns": turns} for s in seeds]
+
+
+def test_a_policy_its_own_blind_replay_matches_is_blind(tmp_path):
+    """The policy's every episode is one sequence: its success is exactly that sequence's blind success, so it is
+    not above the open-loop baseline (z 0), whatever its other metrics say."""
+    from ragen.envs import openloop
+    from ragen.plugins.components import make_env
+
+    seq, seeds = ["Right", "Down", "Right", "Up"], range(123, 123 + 32)
+    blind = openloop.replay(make_env, seq, [("frozenlake", s, "val", 0) for s in seeds])
+    outcomes = {lv[1]: ok for lv, ok in blind.items()}
+    rows = healthy_rows()
+    rows[-1] |= {"paired/success_after": sum(outcomes.values()) / len(outcomes)}
+    run = write_run(tmp_path / "blind", rows, paired_trajectories=paired_rows(seq, seeds, outcomes))
+    d = dg.diagnose(run, open_loop=True, search_levels=8)
+    [f] = d.findings
+    assert f.code == "blind-policy" and f.severity == "warning"  # it reads by its optimal moves; only blind replay
+    assert d.open_loop["z"] <= 0.0 and d.open_loop["levels"] == 32  # its own sequence, or a better blind one
+    assert d.open_loop["blind"] >= d.open_loop["policy"] == sum(outcomes.values()) / 32
+    # a policy that solves every level is above any blind sequence that does not
+    all_ok = write_run(tmp_path / "reads", healthy_rows(),
+                       paired_trajectories=paired_rows(seq, seeds, dict.fromkeys(seeds, True)))
+    d = dg.diagnose(all_ok, open_loop=True, search_levels=8)
+    assert d.findings == [] and d.open_loop["z"] >= dg.BLIND_Z
+    assert "open-loop baseline: " in dg.format_diagnosis(d) and d.open_loop["policy"] == 1.0
+
+
+def test_the_live_warning_fires_once_per_finding_and_not_before_three_steps():
+    from structlog.testing import capture_logs
+
+    rows = with_series(healthy_rows(), "rollout/frac_zero_std_groups", lambda s: 1.0)
+    watch = dg.Watcher(rows[:1])
+    with capture_logs() as logs:
+        for r in rows[1:]:
+            watch.warn(r["step"], {k: v for k, v in r.items() if k != "step"})
+    warned = [e for e in logs if e["event"] == "diagnosis"]
+    assert [(e["code"], e["step"]) for e in warned] == [("zero-signal", dg.LIVE_MIN_STEPS)]
+    assert warned[0]["log_level"] == "warning" and "zero reward spread" in warned[0]["finding"]
+    # a resumed run does not warn again about what its folder already showed
+    again = dg.Watcher(rows)
+    assert again(STEPS + 1, {k: v for k, v in rows[-1].items() if k != "step"}) == []
+
+
+def test_summary_lines_and_the_reports_diagnosis_panel(tmp_path):
+    rows = with_series(healthy_rows(), "rollout/valid_format_rate", lambda s: ramp(s, 1.0, 0.5))
+    run = write_run(tmp_path / "fmt", rows)
+    lines = dg.summary_lines(run)
+    assert lines[0].startswith("  diagnosis: [high] format-collapse: valid-format turns fell from")
+    assert lines[-1] == f"  details and what to try: ragen doctor {run}"
+    assert dg.summary_lines(write_run(tmp_path / "ok", healthy_rows())) == []
+    page = report.build_report([run], tmp_path / "r.html", decode=lambda ids: "").read_text()
+    head = page[:page.index("<section id=curves>")]
+    assert "<section id=diagnosis>" in head and "data-code='format-collapse'" in head
+    assert "<a href='#curves' data-metric='rollout/valid_format_rate'>" in head  # drawn under Curves: linked there
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_the_readme_main_job_raises_no_finding():
+    """The README's main job (Sokoban GRPO from the warm start, 60 steps), from its own run folder: metrics.jsonl cut to
+    the keys the rules read, and trajectories.jsonl cut to each turn's executed actions (docs/notes/
+    2026-11-28-diagnosis.md). A run folder from before rollout/actions_per_turn: counted from the trajectories."""
+    d = dg.diagnose(DATA / "main-job")
+    assert d.findings == []
+    status = {c.code: c.status for c in d.checks}
+    assert [code for code, st in status.items() if st == dg.NOT_MEASURED] == ["template-collapse"]  # it does not think
+    steps, per_turn = dg.actions_per_turn(dg.RunData((), DATA / "main-job"))
+    assert len(steps) == 60 and 1.0 <= min(per_turn) and max(per_turn) <= 2.0
+
+
+def test_rollouts_log_actions_per_turn():
+    from ragen.contract.trajectory import Trajectory, TurnRecord
+    from ragen.rollout.runner import rollout_metrics
+
+    def traj(*executed):
+        turns = [TurnRecord("r", "a", list(e), [], 0.0, 0.0, True, {}, False, (0, 1)) for e in executed]
+        return Trajectory(env_name="toy", seed=1, group_id=0, rollout_index=0, split="train", policy_version=0,
+                          input_ids=[1], loss_mask=[0], rollout_logprobs=[0.0], segments=[], turns=turns)
+
+    m = rollout_metrics([traj(["Up", "Left"], []), traj(["Down"])])
+    assert m["actions_per_turn"] == 1.0  # (2 + 0 + 1) actions over 3 turns
+
+
+def test_docs_explain_every_finding():
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "diagnosis.md").read_text()
+    for rule in dg.RULES:
+        assert f"### `{rule.code}`" in guide, rule.code
