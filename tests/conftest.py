@@ -12,7 +12,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # tests never read or fill the user's warm-start cache (~/.cache/ragen); a test that wants one sets its own
 os.environ.setdefault("RAGEN_CACHE_DIR", os.path.join(__import__("tempfile").mkdtemp(prefix="ragen-test-cache-")))
 
-# the "still importing plugin ... after 5 s" notice is for users; on a loaded CI machine it would land in the stderr
+# the "still importing plugin ... after N s" notice is for users; on a loaded CI machine it would land in the stderr
 # that tests compare line by line (tests/plugins/test_loader.py sets its own threshold to test the notice)
 os.environ.setdefault("RAGEN_SLOW_IMPORT_S", "300")
 

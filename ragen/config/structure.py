@@ -127,9 +127,17 @@ class BadValue(ValueError):
     """A scalar of the wrong kind; the message says what was expected (the key and value are added around it)."""
 
 
+#: the largest integer any config field takes (2**53 - 1): the integers a float64 holds exactly. TOML and YAML read
+#: arbitrary-size integers (``steps = 99999999999999999999`` was accepted); config values are carried as JSON numbers
+#: and into numpy/torch, where such a number overflows or silently rounds. Each field's own range may be tighter.
+MAX_INT = 2**53 - 1
+
+
 def _int(value: Any, _: type) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadValue("expected int")
+    if abs(value) > MAX_INT:
+        raise BadValue("expected int within -(2**53 - 1) .. 2**53 - 1 (the integers a float64 holds exactly)")
     return value
 
 

@@ -1,8 +1,9 @@
 """The environment contract: ``Env`` (a text ``gymnasium.Env``), its budget config, and the expert protocol.
 
 Subclasses implement ``_reset(seed, options)`` and ``_step(action)``; the base class does the bookkeeping the
-contract requires of every env (seeding, ``task_id``/``seed``/``split`` in reset info, the three info bools,
-``RuntimeError`` after the end, ``render()`` = last observation, idempotent ``close()``).
+contract requires of every env (seeding, ``task_id``/``seed``/``split`` in reset info, bools for ``terminated``,
+``truncated`` and the three info bools, ``RuntimeError`` after the end, ``render()`` = last observation, idempotent
+``close()``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,37 @@ import numpy as np
 from gymnasium import spaces
 
 from ragen.config.fields import AT_LEAST_1, option
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, PluginError
 
 INFO_BOOLS = ("success", "action_is_valid", "action_is_effective")
 SPLITS = ("train", "val", "test")
+
+
+def env_who(env: Any) -> str:
+    """``env 'tiny-coin' of ragen-tinyenv``: the name ``make_env`` gave the env and its distribution, else its name and
+    class, for a one-line contract breach."""
+    named = getattr(env, "component_name", None)
+    if named:
+        return named
+    cls = type(env)
+    return f"env {getattr(env, 'name', cls.__name__)!r} ({cls.__module__}.{cls.__qualname__})"
+
+
+def check_step_types(env: Any, terminated: Any, truncated: Any, info: Any) -> None:
+    """``terminated``, ``truncated`` and the info bools (``INFO_BOOLS``) of one step are bools (Python's or numpy's),
+    never coerced: ``bool("no")`` is True, so an env answering ``info["success"] = "no"`` would be read as a success.
+    A breach is one ``PluginError`` line naming the env and its distribution."""
+    if not isinstance(info, dict):
+        raise PluginError(f"{env_who(env)} broke its contract: step() returned info of type {type(info).__name__}, "
+                          "expected a dict")
+    pairs = [("terminated", terminated), ("truncated", truncated), *((f"info[{k!r}]", info.get(k)) for k in INFO_BOOLS
+                                                                     if k in info)]
+    for what, value in pairs:
+        if not isinstance(value, (bool, np.bool_)):
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise PluginError(f"{env_who(env)} broke its contract: step() returned {what} = {shown} "
+                              f"({type(value).__name__}), expected a bool (True or False)")
 
 
 def _tuple(value: Any) -> tuple:
@@ -225,8 +253,9 @@ class Env(gymnasium.Env):
         missing = [k for k in INFO_BOOLS if k not in info]
         if missing:
             raise RuntimeError(f"{self.name}: step info lacks {', '.join(missing)}")
+        check_step_types(self, terminated, truncated, info)
         for key in INFO_BOOLS:
-            info[key] = bool(info[key])
+            info[key] = bool(info[key])  # a numpy bool becomes a Python one
         self._done = bool(terminated or truncated)
         self._last_obs = obs
         return obs, float(reward), bool(terminated), bool(truncated), info

@@ -51,6 +51,8 @@ def register_reward_shapers(register):
     Called the first time the ``shaper`` registry is used (building a trainer).
     ``factory(config)`` returns a callable ``shape(ragen.ShapeInput) -> list[float]`` (one score per trajectory), or
     a ``ragen.ShapeOutput`` (scores and new turn scores) for a shaper that credits turns, such as ``potential``.
+    The callable may carry ``check_preset(preset)``, called with the run's ``AlgorithmPreset`` before any model is
+    built, raising ``ragen.ConfigError`` when the shaper does not fit the rest of the preset (its estimator).
     """
 
 

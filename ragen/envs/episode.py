@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from ragen.contract.env import Env
+from ragen.contract.env import Env, check_step_types
 from ragen.contract.trajectory import ACTIONS_CHANCE, ACTIONS_JUDGED, ACTIONS_OPTIMAL, POTENTIAL_END, POTENTIAL_START
 
 FORMAT_PENALTY = -0.1
@@ -98,6 +98,7 @@ class Episode:
             if verdict is not None:
                 judged.append(verdict)
             self.obs, r, terminated, truncated, info = self.env.step(action)
+            check_step_types(self.env, terminated, truncated, info)  # also an env that overrides step() itself
             self.actions_used += 1
             executed.append(action)
             reward += r

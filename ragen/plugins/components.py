@@ -28,6 +28,10 @@ def make_env(name: str, **options: Any) -> Env:
     config = component_config(item, options, path=name)
     env = item.factory(config)
     env.name = name
+    try:  # so a contract breach can name the env and its distribution in one line
+        env.component_name = f"env {name!r} of {item.dist}"
+    except (AttributeError, TypeError):  # an object without a __dict__ keeps its own name
+        pass
     return env
 
 

@@ -32,6 +32,16 @@ log = structlog.get_logger("ragen")
 WORKER_START_S = 300.0
 
 
+def _send(conn: Any, message: tuple) -> bool:
+    """Answer the parent; False when it is gone (it closed its end: Ctrl-C while the workers started, or the server
+    stopped), which ends the worker quietly instead of with a ``BrokenPipeError`` traceback on the server's terminal."""
+    try:
+        conn.send(message)
+    except (BrokenPipeError, EOFError, OSError):
+        return False
+    return True
+
+
 def _worker_main(conn: Any, factory: Callable[[], Env]) -> None:
     """A worker process: env instances by slot number, one call at a time, until the pipe closes."""
     import signal
@@ -39,10 +49,13 @@ def _worker_main(conn: Any, factory: Callable[[], Env]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which closes the pipes
     try:
         probe = factory()
-        conn.send(("ok", env_info(probe)))
+        info = env_info(probe)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as the first answer
         message = str(exc) if isinstance(exc, RagenError) else f"{type(exc).__name__}: {exc}"
-        conn.send(("error", 400, "config", message))
+        _send(conn, ("error", 400, "config", message))
+        return
+    if not _send(conn, ("ok", info)):
+        LocalEnv(probe).close()
         return
     spare, slots = [probe], {}
     try:
@@ -65,13 +78,33 @@ def _worker_main(conn: Any, factory: Callable[[], Env]) -> None:
                     if env is None:
                         raise RequestError(404, "not_found", f"no env in slot {slot} of this worker")
                     answer = getattr(env, op)(*args)
-                conn.send(("ok", answer))
+                reply: tuple = ("ok", answer)
             except Exception as exc:  # noqa: BLE001 - the parent answers the client with it
                 err = request_error(exc)
-                conn.send(("error", err.status, err.kind, str(err)))
+                reply = ("error", err.status, err.kind, str(err))
+            if not _send(conn, reply):
+                break
     finally:
         for env in [*slots.values(), *(LocalEnv(e) for e in spare)]:
             env.close()
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    """Start a worker with SIGINT ignored from its first instruction: a terminal's Ctrl-C reaches the whole process
+    group, and a worker still importing ragen (seconds, before ``_worker_main`` ignores it) printed a
+    ``KeyboardInterrupt`` traceback each; the parent stops them by closing their pipes. A spawned interpreter keeps an
+    ignored SIGINT ignored. Only the main thread may change a handler: elsewhere nothing changes."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Worker:
@@ -81,7 +114,8 @@ class Worker:
         ctx = multiprocessing.get_context("spawn")  # a fork of a threaded server may deadlock
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, factory), daemon=True, name="ragen-env-worker")
-        self.proc.start()
+        with _sigint_ignored():
+            self.proc.start()
         child.close()
         self._lock, self._count_lock = threading.Lock(), threading.Lock()
         self.inflight = 0  #: requests sent or waiting to be sent (read for placement)

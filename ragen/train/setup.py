@@ -120,6 +120,10 @@ def _components(run: ResolvedRun | RunConfig) -> tuple:
     filters = [make_component("filter", name, **opts) for name, opts in
                ((preset.pre_filter, preset.pre_filter_options), (preset.filter, preset.filter_options)) if name]
     shapers = [make_component("shaper", name, **preset.shaper_options.get(name, {})) for name in preset.shapers]
+    for shaper in shapers:  # what a shaper needs of the rest of the preset (its estimator), before any model is built
+        check = getattr(shaper, "check_preset", None)
+        if callable(check):
+            check(preset)
     parser = run.parser
     if preset.use_critic is False and get_registry("estimator").get(preset.estimator).needs_critic:
         raise ConfigError(f"algo.options.use_critic: the {preset.estimator} estimator needs a critic")

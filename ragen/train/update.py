@@ -152,7 +152,16 @@ class Updater:
         if dp.all_reduce_sum([float(not bool(torch.isfinite(lp).all()))])[0]:
             raise RagenError(f"step {step + 1}: the update made the policy's log-probs non-finite (weights overflowed; "
                              f"trainer.actor_lr={self.actor_lr:g} may be too large); stopped before sampling "
-                             f"from it, the last checkpoint under {self.run_dir / CHECKPOINTS} is intact")
+                             f"from it, {self._last_checkpoint()}")
+
+    def _last_checkpoint(self) -> str:
+        """What is left to resume from, as it is: the newest checkpoint tag, or that none was written yet."""
+        folder = self.run_dir / CHECKPOINTS
+        tags = [p.name for p in (folder / "actor").glob("step*") if p.is_dir() and p.name[4:].isdigit()]
+        if not tags:
+            return f"and no checkpoint was written yet (none under {folder}): nothing to resume from"
+        newest = max(tags, key=lambda name: int(name[4:]))
+        return f"the last checkpoint ({newest} under {folder}) is intact"
 
 
 class _Means:

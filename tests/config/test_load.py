@@ -2,6 +2,7 @@
 
 import pytest
 
+from ragen import make_env
 from ragen.config import RunConfig, apply_overrides, load_config, structure
 from ragen.errors import ConfigError
 
@@ -10,6 +11,19 @@ def test_defaults():
     cfg = load_config()
     assert cfg == RunConfig()
     assert cfg.env.name == "sokoban" and cfg.algo.name == "grpo" and cfg.model.name == "small"
+
+
+def test_an_integer_too_big_for_any_field_is_refused_naming_key_value_and_bound(tmp_path):
+    t = tmp_path / "big.toml"
+    t.write_text("[trainer]\nsteps = 99999999999999999999\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(t)
+    assert str(exc.value) == ("trainer.steps: expected int within -(2**53 - 1) .. 2**53 - 1 (the integers a float64 "
+                              "holds exactly), got 99999999999999999999")
+    # a plugin's config fields are structured the same way
+    with pytest.raises(ConfigError, match=r"^sokoban\.max_turns: expected int within -\(2\*\*53 - 1\) \.\. "
+                                          r"2\*\*53 - 1 .*, got -99999999999999999999$"):
+        make_env("sokoban", max_turns=-99999999999999999999)
 
 
 def test_yaml_and_toml_files_and_overrides(tmp_path):

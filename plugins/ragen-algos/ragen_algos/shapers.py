@@ -10,7 +10,7 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from ragen import ShapeInput, ShapeOutput, option
+from ragen import ConfigError, ShapeInput, ShapeOutput, option
 
 METHODS = ("identity", "mean", "mean_std", "asym_clip")
 GROUPINGS = ("group", "variant", "batch")
@@ -104,8 +104,9 @@ class PotentialConfig:
     progress within an episode that cannot change which policy is optimal."""
 
     gamma: float = option(1.0, "Discount between turns in gamma * Phi(s') - Phi(s): the estimator's discount between "
-                               "turns (bi-level-gae: high_level_gamma; turn-gae with gamma 1: 1.0). With 1.0 the terms "
-                               "telescope exactly: a loop earns nothing.", validator=_between(0.0, 1.0))
+                               "turns, 1.0 for every estimator but bi-level-gae, whose high_level_gamma it must equal "
+                               "(checked before a run builds). With 1.0 the terms telescope exactly: a loop earns "
+                               "nothing.", validator=_between(0.0, 1.0))
     coef: float = option(1.0, "Scale of Phi relative to the env reward (Phi is minus moves left for Sokoban and "
                               "FrozenLake; c * Phi is a potential too).", validator=_between(0.0, 1e6))
 
@@ -133,6 +134,26 @@ def _report(inp: ShapeInput, terms: list[float], turns: int) -> None:
         metrics["term_mean"] = sum(terms) / len(terms)
 
 
+#: the estimators that discount between turns, and the option holding that discount; every other estimator sums turns
+#: undiscounted (a trajectory score, or per-token GAE whose discount between turns depends on the tokens in them)
+TURN_DISCOUNTS = {"bi-level-gae": ("high_level_gamma", 0.95)}
+
+
+def check_potential_discount(config: PotentialConfig, preset) -> None:
+    """The shaper's ``gamma`` must be the estimator's discount between turns. With gamma < 1 and an estimator that sums
+    turns undiscounted, each turn's term is (1 - gamma) |Phi| > 0 when nothing moves: an idle policy was paid (+1.0
+    an episode against -0.5 raw on Sokoban) more the further it stood from the goal."""
+    key, default = TURN_DISCOUNTS.get(preset.estimator, (None, 1.0))
+    allowed = float((preset.estimator_options or {}).get(key, default)) if key else 1.0
+    if abs(config.gamma - allowed) > 1e-12:
+        where = f"its {key} ({allowed:g})" if key else "1.0: it sums turns undiscounted"
+        raise ConfigError(
+            f"algo.options.shaper_options.potential.gamma: {config.gamma:g} does not match the estimator "
+            f"{preset.estimator!r}, whose discount between turns is {where}; set gamma to {allowed:g}, or use "
+            "bi-level-gae with high_level_gamma equal to gamma"
+        )
+
+
 def make_potential(config: PotentialConfig):
     """Adds ``coef * (gamma * Phi(s') - Phi(s))`` to each turn's reward and the discounted sum of these terms,
     ``coef * (gamma^T Phi(s_T) - Phi(s_0))``, to the trajectory score: the optimal policy is unchanged (the terms
@@ -156,4 +177,5 @@ def make_potential(config: PotentialConfig):
         _report(inp, covered, sum(len(t.turns) for t in inp.trajectories))
         return ShapeOutput(scores=scores, turn_scores=turn_scores)
 
+    shape.check_preset = lambda preset: check_potential_discount(config, preset)
     return shape

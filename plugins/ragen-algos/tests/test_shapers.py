@@ -1,5 +1,6 @@
 """Reward shapers (algorithms.md §3): normalisation per group / variant / batch, and the format-penalty re-weighting."""
 
+import re
 import statistics
 
 import attrs
@@ -123,3 +124,50 @@ def test_potential_keys_are_the_cores():
     from ragen.contract import trajectory
 
     assert (shapers.POTENTIAL_START, shapers.POTENTIAL_END) == (trajectory.POTENTIAL_START, trajectory.POTENTIAL_END)
+
+
+# ---- potential: gamma < 1 only where the estimator discounts between turns by it -------------------------------------
+def _trainer(tmp_path, *options):
+    from ragen.config import load_config
+    from ragen.testing import TINY
+    from ragen.train.trainer import Trainer
+
+    cfg = load_config(overrides=[*TINY, "env.name=sokoban", "algo.name=grpo", "algo.options.shapers=[potential]",
+                                 *options, f"logging.run_dir={tmp_path}", "logging.name=r", "logging.progress=false"])
+    return Trainer(cfg, tmp_path / "r")
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce++"])
+def test_potential_below_gamma_1_is_refused_with_an_undiscounted_estimator(tmp_path, estimator):
+    """Standing still at Phi = -5 for 5 turns, -0.1 a turn: gamma 0.9 paid (1 - 0.9) * 5 a turn, +2.0 against -0.5
+    raw under an estimator that sums turns undiscounted. Refused before any model is built, naming the key."""
+    expected = (r"^algo\.options\.shaper_options\.potential\.gamma: 0\.9 does not match the estimator "
+                rf"'{re.escape(estimator)}', whose discount between turns is 1\.0: it sums turns undiscounted; set "
+                r"gamma to 1")
+    with pytest.raises(ragen.ConfigError, match=expected):
+        _trainer(tmp_path, f"algo.options.estimator={estimator}", "algo.options.shaper_options.potential.gamma=0.9")
+
+
+def test_potential_gamma_must_match_bi_level_gae_high_level_gamma(tmp_path):
+    with pytest.raises(ragen.ConfigError, match=r"potential\.gamma: 0\.9 does not match the estimator 'bi-level-gae', "
+                                                r"whose discount between turns is its high_level_gamma \(0\.95\)"):
+        _trainer(tmp_path, "algo.name=ppo", "algo.options.estimator=bi-level-gae",
+                 "algo.options.shaper_options.potential.gamma=0.9")
+    from ragen.config import load_config
+    from ragen.testing import TINY
+    from ragen.train.setup import _components
+
+    cfg = load_config(overrides=[*TINY, "env.name=sokoban", "algo.name=ppo", "algo.options.estimator=bi-level-gae",
+                                 "algo.options.estimator_options.high_level_gamma=0.9",
+                                 "algo.options.shapers=[potential]", "algo.options.shaper_options.potential.gamma=0.9"])
+    assert _components(cfg)[4]  # the matching discount builds
+
+
+def test_an_idle_policy_is_not_paid_at_the_gamma_allowed_for_grpo():
+    idle = ptraj(-5.0, -5.0, -5.0, -5.0, -5.0, -5.0, rewards=[-0.1] * 5)
+    raw = -0.5
+    out = shape("potential", ShapeInput(scores=[raw], group_ids=[0], trajectories=[idle]), gamma=1.0)
+    assert out.scores == [pytest.approx(raw)]
+    assert out.turn_scores == [pytest.approx([-0.1] * 5)]
+    paid = shape("potential", ShapeInput(scores=[raw], group_ids=[0], trajectories=[idle]), gamma=0.9)
+    assert paid.scores[0] > 0  # what the check refuses: 0.9^5 * -5 + 5 = +2.05 over -0.5 raw

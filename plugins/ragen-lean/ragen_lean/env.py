@@ -10,16 +10,23 @@ Rewards (RAGEN): per tactic ``step_penalty`` (-0.1), plus ``valid_step_reward`` 
 truncates (**FIX**: RAGEN's 100-step limit exceeds its 30-action budget, so its -2 never fires).
 
 **FIX** (no-op and cycling tactics farmed it), the progress reward cannot be farmed: ``valid_step_reward`` pays only a
-tactic that reaches a goal state not seen before in the episode (``pose (x := 0). || clear x.`` alternates between two
-states and earns once), and at most ``max_progress_reward`` (5) per episode in all; the tactic that completes the proof
-is paid whatever is left of it. So every proof earns the same progress reward whatever junk it carries, and an unproved
-episode earns at most ``max_progress_reward`` < ``success_reward``: 30 tactics of fresh states (``pose proof I as h1.``,
-``h2``...) score 5 - 3 - 2 = 0 against about +14 for a proof (RAGEN: +25 against +15.4).
+tactic that changes the goals themselves, reaching goals not seen before in the episode, and at most
+``max_progress_reward`` (5) per episode in all; the tactic that completes the proof is paid whatever is left of it. So
+every proof earns the same progress reward whatever junk it carries.
+
+What counts as progress is read from the goals' conclusions (the text under each goal's bar, or after Lean's turnstile),
+never from the hypotheses: a new hypothesis (``pose proof I as h1.``, ``assert (h : True) by trivial.``, ``set``) is
+not progress on the goal, and one a turn for 8 turns earned +4.2 when hypotheses counted. A tactic that keeps every
+conclusion it found, only wrapping it or adding goals beside it (``cut (1 = 1).``, ``assert (h : 1 = 1).``, ``revert
+n.``), is not progress either: the proof is no closer. Cycles (``pose (x := 0). || clear x.``) return to goals already
+seen and earn nothing. What is left to a determined policy (rewriting a goal back and forth with identities) is bounded
+by ``max_progress_reward`` < ``success_reward``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -95,10 +102,11 @@ class LeanConfig(EnvConfig):
     )
     reward_noop: bool = option(
         False,
-        "Whether accepted tactics that reach no new goal state earn valid_step_reward. False (FIX): only a tactic "
-        "whose goals (hypotheses included) differ from every state seen so far in the episode earns it; no-ops "
-        "(idtac, Show) and returns to an earlier state (pose (x := 0). || clear x.) earn only the step penalty. True "
-        "is RAGEN's setting (every accepted tactic earns it: 30 idtac. earn ~+25 against ~+15 for a real proof).",
+        "Whether accepted tactics that make no progress on the goals earn valid_step_reward. False (FIX): only a "
+        "tactic whose goals' conclusions (hypotheses ignored) differ from every state seen so far in the episode, and "
+        "which changes or closes a goal rather than only wrapping it or adding one, earns it; new hypotheses (pose "
+        "proof I as h1.), no-ops (idtac) and returns to an earlier state earn only the step penalty. True is RAGEN's "
+        "setting (every accepted tactic earns it: 30 idtac. earn ~+25 against ~+15 for a real proof).",
     )
     max_progress_reward: float | None = option(
         5.0,
@@ -205,7 +213,7 @@ class LeanEnv(Env):
         self.steps = 0
         self.log: list[tuple[str, bool]] = []  #: (tactic, accepted) per step
         self.feedback: list[tuple[str, str]] = []  #: (severity, text) of the last step
-        self.seen_states: set[str] = set()  #: goal states reached in this episode (whitespace-normalised)
+        self.seen_states: set[tuple[str, ...]] = set()  #: goal conclusions reached in this episode (_goal_key)
         self.progress_paid = 0.0  #: valid_step_reward paid in this episode
         # load failures depend on the prover release: the cache is keyed by it, the bundled list is for Coq 8.16.1
         version = self.backend.version() if isinstance(self.backend, CoqBackend) else None
@@ -301,7 +309,7 @@ class LeanEnv(Env):
         index, problem, state = self._open_first_loadable(problems, start)
         self.problem, self.proof_state = problem, state
         self.steps, self.log, self.feedback = 0, [], []
-        self.seen_states, self.progress_paid = {_state_key(state.goals())}, 0.0
+        self.seen_states, self.progress_paid = {_goal_key(state.goals())}, 0.0
         self.task_id = f"lean/{self.config.backend}/{problem.source}/{problem.name}"
         return self._render(), {"task_index": index, "problem": problem.name}
 
@@ -346,7 +354,7 @@ class LeanEnv(Env):
         effective = accepted and (complete or result.goals != before)
         reward = cfg.step_penalty
         if accepted:
-            reward += self._progress_reward(result.goals, complete)
+            reward += self._progress_reward(before, result.goals, complete)
         else:
             reward += cfg.invalid_step_reward
         if timeout:
@@ -367,13 +375,13 @@ class LeanEnv(Env):
         }
         return self._render(), float(reward), complete, truncated, info
 
-    def _progress_reward(self, goals: str, complete: bool) -> float:
-        """``valid_step_reward`` for an accepted tactic: paid for a goal state new in this episode (any accepted
+    def _progress_reward(self, before: str, goals: str, complete: bool) -> float:
+        """``valid_step_reward`` for an accepted tactic: paid for progress on the goals (``_progress``; any accepted
         tactic with ``reward_noop``), within ``max_progress_reward`` per episode; the proof's completion is paid the
         rest of that cap, so a proof's progress reward does not depend on the tactics it took."""
         cfg = self.config
-        key = _state_key(goals)
-        new = key not in self.seen_states
+        key = _goal_key(goals)
+        new = key not in self.seen_states and _progress(_goal_key(before), key)
         self.seen_states.add(key)
         pay = cfg.valid_step_reward if (complete or new or cfg.reward_noop) else 0.0
         cap = cfg.max_progress_reward
@@ -406,9 +414,39 @@ class LeanEnv(Env):
         self.backend.close()
 
 
-def _state_key(goals: str) -> str:
-    """A goal display with its white space normalised: two displays with the same key are the same proof state."""
-    return " ".join(goals.split())
+#: Coq's bar between a goal's hypotheses and its conclusion, and the header of each further goal
+_COQ_BAR = re.compile(r"^\s*={4,}\s*$")
+_COQ_GOAL = re.compile(r"^\s*goal \d+ (?:\(ID \d+\) )?is:\s*$")
+
+
+def _goal_key(goals: str) -> tuple[str, ...]:
+    """The conclusions of a goal display, in order, white space normalised; hypotheses are left out, so a tactic that
+    only adds or changes hypotheses reaches the same key. Coq shows the first goal's hypotheses above a bar and the
+    further goals as ``goal N is:`` and their conclusion; Lean shows each goal's hypotheses, then ``⊢`` and its
+    conclusion, goals separated by blank lines. A display in neither form is one conclusion."""
+    lines = goals.splitlines()
+    if any(_COQ_BAR.match(line) for line in lines):
+        out: list[list[str]] = []
+        current: list[str] | None = None
+        for line in lines:
+            if _COQ_BAR.match(line) or _COQ_GOAL.match(line):
+                current = []
+                out.append(current)
+            elif current is not None:
+                current.append(line)
+        return tuple(" ".join(" ".join(part).split()) for part in out)
+    if "\u22a2" in goals:
+        return tuple(" ".join(block.split("\u22a2", 1)[1].split()) for block in re.split(r"\n\s*\n", goals)
+                     if "\u22a2" in block)
+    text = " ".join(goals.split())
+    return (text,) if text else ()
+
+
+def _progress(before: tuple[str, ...], after: tuple[str, ...]) -> bool:
+    """Whether the goals ``after`` a tactic are progress from those ``before``: some conclusion it found was closed or
+    changed. When every earlier conclusion is still there, whole, inside the new ones, the tactic only wrapped a goal
+    (``cut P.``: ``P -> G``; ``revert n.``) or added goals beside it (``assert (h : P).``): the proof is no closer."""
+    return before != after and not all(any(old in new for new in after) for old in before)
 
 
 def _clip(text: str, limit: int) -> str:

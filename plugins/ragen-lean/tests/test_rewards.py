@@ -109,15 +109,48 @@ def test_revisited_states_earn_nothing_and_the_proof_tops_the_cap_up(env):
     name = "add_succ_r"
     split, index = next((s, i) for s in ("train", "val") for i, p in enumerate(env.problems_for(s)) if p.name == name)
     env.reset(seed=0, options={"task_index": index, "split": split})
-    assert env.step("pose (x := 0).")[1] == pytest.approx(0.9)  # a new state
-    assert env.step("clear x.")[1] == pytest.approx(-0.1)  # back to the start
-    assert env.step("pose (x := 0).")[1] == pytest.approx(-0.1)  # seen
-    step = env.step("clear x.")
+    assert env.step("intros n m.")[1] == pytest.approx(0.9)  # new goals
+    assert env.step("revert n m.")[1] == pytest.approx(-0.1)  # back to the start
+    assert env.step("intros n m.")[1] == pytest.approx(-0.1)  # seen
+    step = env.step("pose (x := 0).")  # a new hypothesis: the goal is the same
     assert step[1] == pytest.approx(-0.1) and step[4]["action_is_valid"] and step[4]["action_is_effective"]
-    rewards = [env.step(t)[1] for t in env.problem.proof]
-    assert rewards[:-1] == pytest.approx([0.9] * 4 + [-0.1])  # 1 (pose) + 4 paid: the cap of 5 is reached
+    assert env.step("clear x.")[1] == pytest.approx(-0.1)
+    rewards = [env.step(t)[1] for t in env.problem.proof[1:]]
+    assert rewards[:-1] == pytest.approx([0.9] * 4)  # 1 (intros) + 4 paid: the cap of 5 is reached
     assert rewards[-1] == pytest.approx(10 - 0.1)
     assert env.progress_paid == pytest.approx(5.0)
+
+
+#: one tactic a turn for lean-easy's 8 turns, each adding something new beside the goal: the episode ends at max_turns
+#: (8 tactics of 30), so no truncation penalty offsets it. With hypotheses counted as progress the first scored +4.2.
+ONE_A_TURN = {
+    "fresh pose proof": [f"pose proof I as h{k}." for k in range(1, 9)],
+    "fresh assert by": [f"assert (h{k} : {k} = {k}) by reflexivity." for k in range(1, 9)],
+    "fresh set": [f"set (v{k} := {k})." for k in range(1, 9)],
+    "fresh cut": [f"cut ({k} = {k})." for k in range(1, 9)],
+    "fresh assert goal": [f"assert (h{k} : {k} = {k})." for k in range(1, 9)],
+    "assert then close": [f"assert (h{k} : {k} = {k}). || reflexivity." for k in range(1, 9)],
+}
+
+
+@pytest.mark.parametrize("lemma", ["add_succ_r", "app_nil_r"])
+def test_a_new_hypothesis_a_turn_is_not_progress(env, lemma):
+    """Junk beside the goal, one piece a turn, scores below an honest failed attempt (the known proof without its last
+    tactic, then tactics the prover rejects) and far below the proof."""
+    cfg = env.config
+    proof = next(p for s in ("train", "val") for p in env.problems_for(s) if p.name == lemma).proof
+    expert, proved = play(env, lemma, list(proof))
+    assert proved
+    honest = [*proof[:-1], *["exact I."] * (cfg.max_turns - len(proof) + 1)]
+    attempt, proved = play(env, lemma, honest)
+    assert not proved and attempt < cfg.success_reward / 2
+    for farm, answers in ONE_A_TURN.items():
+        score, proved = play(env, lemma, answers)
+        assert not proved, farm
+        print(f"{lemma}: {farm} {score:.1f}, honest failure {attempt:.1f}, proof {expert:.1f}")
+        assert score < attempt, f"{farm} scores {score} on {lemma}, an honest failed attempt {attempt}"
+        assert score <= 0.0, f"{farm} scores {score} on {lemma}: paid for no progress"
+        assert score < expert - cfg.success_reward, farm
 
 
 def test_ragen_rewards_stay_available_and_the_cap_is_checked():

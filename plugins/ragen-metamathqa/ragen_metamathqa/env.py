@@ -61,8 +61,18 @@ class MetaMathQAConfig(EnvConfig):
     symbolic: bool = option(True, "Run the symbolic check (math-verify or sympy in worker processes) when the "
                             "answers are not both plain numbers; False = numeric and string checks only.")
     symbolic_backend: str = option("auto", "'math_verify', 'sympy', or 'auto' (math-verify when installed).")
-    check_timeout_s: float = option(5.0, "Seconds one symbolic check may take; then its worker is killed and the "
-                                    "answer counts as wrong (info.check_timeout).")
+    check_timeout_s: float = option(5.0, "Seconds one symbolic check may take; then it stops and the answer counts "
+                                    "as wrong (info.check_timeout). Only an answer numerically equal to the gold "
+                                    "gets this long: see check_quick_s.")
+    check_quick_s: float | None = option(None, "Seconds a symbolic check has to read both answers and compare them "
+                                         "by value at two points; an answer of another value is wrong at once, one "
+                                         "that cannot be told by value is checked in full within this time, and "
+                                         "only a numerically equal one gets check_timeout_s. None = a tenth of "
+                                         "check_timeout_s.")
+    check_budget_s: float | None = option(None, "Seconds all the symbolic checks of one episode may take together; "
+                                          "past it the episode's answers count as wrong (info.check_timeout), so "
+                                          "one client of a served env cannot hold the shared workers. None = "
+                                          "twice check_timeout_s.")
     check_workers: int = option(2, "Symbolic worker processes shared by every env of this process.")
 
     def __attrs_post_init__(self) -> None:
@@ -84,6 +94,13 @@ class MetaMathQAConfig(EnvConfig):
             )
         if self.max_answer_chars < 1 or self.check_timeout_s <= 0 or self.check_workers < 1:
             raise ConfigError("max_answer_chars, check_timeout_s, check_workers: must be positive")
+        for key in ("check_quick_s", "check_budget_s"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise ConfigError(f"{key}: must be > 0 or None, got {value}")
+        if self.check_quick_s is not None and self.check_quick_s > self.check_timeout_s:
+            raise ConfigError(f"check_quick_s: must be at most check_timeout_s ({self.check_timeout_s:g}), got "
+                              f"{self.check_quick_s:g}")
         if self.symbolic_backend not in BACKENDS:
             raise ConfigError(f"symbolic_backend: expected one of {', '.join(BACKENDS)}, got {self.symbolic_backend!r}")
         super().__attrs_post_init__()
@@ -143,7 +160,8 @@ class MetaMathQAEnv(Env):
         cfg = self.config
         self.procedural = cfg.source == "procedural"  # data-backed sources may repeat questions across seeds
         self.source = make_source(cfg)  # loads (or fetches) data now: a missing file fails at construction
-        self.grader = AnswerGrader(cfg.symbolic, cfg.symbolic_backend, cfg.check_timeout_s, cfg.check_workers)
+        self.grader = AnswerGrader(cfg.symbolic, cfg.symbolic_backend, cfg.check_timeout_s, cfg.check_workers,
+                                   quick_s=cfg.check_quick_s, budget_s=cfg.check_budget_s)
         self.instructions = self._instructions(cfg)
         self.expert = GoldExpert()
         self.task: Task | None = None
@@ -171,6 +189,7 @@ class MetaMathQAEnv(Env):
         self.task = self.source.task(seed, self.split, task_index)
         self.task_id = self.task.task_id
         self.attempts, self.solved = 0, False
+        self.grader.start_episode()
         return self.task.question, {}
 
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -11,6 +11,7 @@ it spares a worker round trip for the expert's verbatim answers.
 
 from __future__ import annotations
 
+import time
 import weakref
 
 import attrs
@@ -36,10 +37,21 @@ class Grade:
 
 
 class AnswerGrader:
-    """Grades answers against gold strings; owns one reference to the shared symbolic worker pool."""
+    """Grades answers against gold strings; owns one reference to the shared symbolic worker pool.
 
-    def __init__(self, symbolic: bool = True, backend: str = "auto", timeout_s: float = 5.0, workers: int = 2):
+    The cost of a symbolic check is bounded by a general rule, not by a list of forms: a check first gets
+    ``quick_s`` (default a tenth of ``timeout_s``) to read both answers and compare them by value, and only an answer
+    numerically equal to the gold gets ``timeout_s`` for the full check (``symbolic.staged_check``). And all the
+    symbolic checks of one episode (``start_episode``) together get ``budget_s`` (default twice ``timeout_s``): a
+    client serving itself crafted answers from many attempts cannot hold the shared workers beyond it, so the other
+    clients' checks keep their turn."""
+
+    def __init__(self, symbolic: bool = True, backend: str = "auto", timeout_s: float = 5.0, workers: int = 2,
+                 quick_s: float | None = None, budget_s: float | None = None):
         self.timeout_s = float(timeout_s)
+        self.quick_s = min(float(quick_s) if quick_s is not None else self.timeout_s / 10, self.timeout_s)
+        self.budget_s = float(budget_s) if budget_s is not None else 2 * self.timeout_s
+        self.spent_s = 0.0  #: symbolic seconds of the current episode
         self._pool: SymbolicPool | None = acquire_pool(backend, workers) if symbolic else None
         # an env dropped without close() still gives its reference back when it is collected
         self._release = weakref.finalize(self, release_pool, self._pool) if self._pool is not None else None
@@ -59,10 +71,23 @@ class AnswerGrader:
             return Grade(False, "none")
         if absurd_reason(pred) or absurd_reason(gold):  # wrong without asking a solver that might never finish
             return Grade(False, "rejected")
-        equal = self._pool.equal(gold, pred, self.timeout_s)
+        left = self.budget_s - self.spent_s
+        if left <= 0:  # this episode used its symbolic time: wrong, as if the check had run out of time
+            return Grade(False, "symbolic", timed_out=True)
+        timeout = min(self.timeout_s, left)
+        start, warm = time.monotonic(), self._pool.warm
+        try:
+            equal = self._pool.equal(gold, pred, timeout, quick=min(self.quick_s, timeout))
+        finally:
+            if warm:  # a cold pool's start-up (importing sympy) is the process's cost, not this episode's
+                self.spent_s += time.monotonic() - start
         if equal is None:
             return Grade(False, "symbolic", timed_out=True)
         return Grade(equal, "symbolic")
+
+    def start_episode(self) -> None:
+        """A new episode: its symbolic checks get a fresh ``budget_s``."""
+        self.spent_s = 0.0
 
     def _worth_symbolic(self, gold: str, pred: str, gold_number) -> bool:
         if self._pool is None or not pred or len(pred) > SYMBOLIC_MAX_CHARS or len(gold) > SYMBOLIC_MAX_CHARS:

@@ -8,6 +8,11 @@ pipes. The caller waits on the pipe with ``select`` and a deadline; a worker tha
 the answer counts as wrong. Workers are shared per process and reference-counted
 (``acquire_pool`` / ``release_pool``); they also exit on their own when their parent goes away (stdin closes).
 
+A check is staged (``staged_check``): within a short budget (a tenth of the timeout by default) both answers are
+read and compared by value at two points; different values are "not equal" at once, and only an answer numerically
+equal to the gold earns the full timeout for the simplifying check. The worker stops itself with its own alarm (it is
+its process's main thread), so a check that runs out of time costs no restart.
+
 Backends: ``math_verify`` — ``verify(parse("$gold$"), parse("$pred$"))`` with math-verify's signal timeouts disabled;
 ``sympy`` — a whitelisted LaTeX/plain-text reading and ``simplify(gold - pred) == 0``. ``auto`` = math_verify when
 importable, else sympy.
@@ -33,6 +38,12 @@ WORKER_MEMORY_BYTES = 2 << 30  #: address-space cap of a worker, so a runaway po
 #: (C-level big-integer work holds the GIL, so the parent watchdog cannot stop it); the pool retries a dead worker
 WORKER_CPU_SECONDS = 900
 CACHE_SIZE = 20_000  #: (backend, gold, pred) -> equal; GRPO groups repeat answers a lot
+#: seconds a staged check's worker may overrun its own alarm before it is killed (the alarm fires between bytecodes)
+ALARM_GRACE_S = 0.25
+#: the parent's wall-clock deadline of a staged check's first stage, in multiples of its CPU budget: the worker stops
+#: itself after ``quick`` CPU seconds, which a busy machine stretches; only a worker stuck in one long C call (which
+#: the alarm cannot interrupt) reaches this and is killed
+QUICK_WALL_FACTOR = 4.0
 
 
 # ==== the worker side ================================================================================================
@@ -159,7 +170,8 @@ def _whitelisted(text: str) -> bool:
     return all(len(name) == 1 or name in _ALLOWED_NAMES for name in re.findall(r"[A-Za-z_]+", text))
 
 
-def sympy_equal(gold: str, pred: str) -> bool:
+def _sympy_read(text: str):
+    """The whitelisted reading of ``text`` as a sympy expression, or None."""
     import sympy
     from sympy.parsing.sympy_parser import (
         convert_xor,
@@ -172,16 +184,16 @@ def sympy_equal(gold: str, pred: str) -> bool:
     names["ln"] = sympy.log
     base = {n: getattr(sympy, n) for n in ("Integer", "Float", "Rational", "Symbol", "Function")}
     transforms = (*standard_transformations, implicit_multiplication_application, convert_xor)
+    s = latex_to_sympy_text(text)
+    if s is None or not s.strip():
+        return None
+    return parse_expr(s, local_dict=dict(names), global_dict={"__builtins__": {}, **base}, transformations=transforms)
 
-    def read(text: str):
-        s = latex_to_sympy_text(text)
-        if s is None or not s.strip():
-            return None
-        return parse_expr(
-            s, local_dict=dict(names), global_dict={"__builtins__": {}, **base}, transformations=transforms
-        )
 
-    g, p = read(gold), read(pred)
+def sympy_equal(gold: str, pred: str) -> bool:
+    import sympy
+
+    g, p = _sympy_read(gold), _sympy_read(pred)
     if g is None or p is None:
         return False
     return bool(sympy.simplify(g - p) == 0)
@@ -192,6 +204,136 @@ def _equal(backend: str, gold: str, pred: str) -> bool:
         return math_verify_equal(gold, pred) if backend == "math_verify" else sympy_equal(gold, pred)
     except Exception:  # an unreadable answer (or RecursionError on deep nesting) is simply not equal
         return False
+
+
+# -- the staged check: a numeric probe first, the full (simplifying) check only for an answer that passes it ---------
+class _OutOfTime(BaseException):
+    """Raised in a worker by its own alarm. A BaseException, so that no solver's ``except Exception`` swallows it."""
+
+
+class _Alarm:
+    """``with _Alarm(seconds):`` raises ``_OutOfTime`` in this (the worker's main) thread once the worker has used
+    ``seconds`` of CPU time. CPU time, not wall time: on a busy machine a check gets the same work done before it is
+    stopped, so a verdict does not depend on the load (a wall-clock alarm stopped correct answers, and the workers it
+    left to the parent's kill took seconds each to replace). Python runs the handler between bytecodes, so pure-Python
+    solver work stops on time; a long C call (a huge integer power) is stopped by the parent's wall-clock deadline,
+    which kills the worker."""
+
+    def __init__(self, seconds: float):
+        self.seconds = max(float(seconds), 0.001)
+
+    def __enter__(self) -> None:
+        import signal
+
+        def fire(signum, frame):
+            raise _OutOfTime()
+
+        self._previous = signal.signal(signal.SIGPROF, fire)
+        signal.setitimer(signal.ITIMER_PROF, self.seconds)
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, self._previous)
+
+
+#: the values the probe gives the answers' symbols (by the sorted position of their names in both answers), at two
+#: points: irrational-looking, away from 0, 1 and the integers where poles and special cases sit
+PROBE_POINTS = ((0.3183098862, 1.6180339887, 2.2360679775, 0.7071067812, 1.2020569032, 2.6651441427),
+                (1.3247179572, 0.5772156649, 1.4142135624, 2.7182818285, 0.9159655942, 1.7320508076))
+#: relative difference beyond which two values are different numbers: far looser than any checker's own tolerance
+#: (math-verify rounds to 6 decimals), so an answer a checker would call equal is never refused by the probe
+PROBE_TOLERANCE = 1e-4
+
+
+def _parse(backend: str, gold: str, pred: str) -> tuple[list, list]:
+    """Both answers as the backend reads them: math-verify's candidate lists, or one sympy expression each."""
+    if backend == "math_verify":
+        from math_verify import parse
+
+        g = list(parse(_wrap(gold), parsing_timeout=None) or [])
+        return g, list(parse(_wrap(pred), parsing_timeout=None) or [])
+    return [x for x in (_sympy_read(gold),) if x is not None], [x for x in (_sympy_read(pred),) if x is not None]
+
+
+def _verify(backend: str, g: list, p: list) -> bool:
+    if not g or not p:
+        return False
+    if backend == "math_verify":
+        from math_verify import verify
+
+        return bool(verify(g, p, timeout_seconds=None))
+    import sympy
+
+    return bool(sympy.simplify(g[0] - p[0]) == 0)
+
+
+def _values(expr, names: list[str]) -> list[complex] | None:
+    """``expr`` evaluated at the probe points (15 digits), or None when it has no finite number there."""
+    out = []
+    for point in PROBE_POINTS:
+        subs = {s: point[names.index(s.name)] for s in expr.free_symbols}
+        value = complex(expr.evalf(15, subs=subs))
+        if not (abs(value.real) < 1e300 and abs(value.imag) < 1e300):
+            return None
+        out.append(value)
+    return out
+
+
+def _probe(g: list, p: list) -> str | None:
+    """"differ" when the two answers are different numbers at the probe points (every pair of the readings of both),
+    "close" when some pair agrees at every point, None when the probe cannot tell (a set, an interval, an equation,
+    text, too many symbols, a value it cannot compute): then the full check decides."""
+    import sympy
+
+    if any(isinstance(a, str) and a in [b for b in p if isinstance(b, str)] for a in g):
+        return None  # the same text: the checker says equal at once
+    ge = [x for x in g if not isinstance(x, str)]
+    pe = [x for x in p if not isinstance(x, str)]
+    if not ge or not pe or not all(isinstance(x, sympy.Expr) for x in (*ge, *pe)):
+        return None
+    names = sorted({s.name for x in (*ge, *pe) for s in x.free_symbols})
+    if len(names) > len(PROBE_POINTS[0]):
+        return None
+    try:
+        gv = [_values(x, names) for x in ge]
+        pv = [_values(x, names) for x in pe]
+    except Exception:  # noqa: BLE001 - not a number (an unevaluated integral or sum), a failed evaluation
+        return None
+    if any(v is None for v in (*gv, *pv)):
+        return None
+    close = any(all(abs(a - b) <= PROBE_TOLERANCE * max(1.0, abs(a), abs(b)) for a, b in zip(x, y))
+                for x in gv for y in pv)
+    return "close" if close else "differ"
+
+
+def staged_check(backend: str, gold: str, pred: str, quick_s: float, full_s: float, emit) -> None:
+    """One staged check, answered with ``emit(dict)``: within ``quick_s`` the answers are read and probed numerically;
+    different numbers are answered ``{"equal": false}`` at once; answers the probe cannot tell apart are checked in
+    full within the same ``quick_s``; only an answer numerically equal to the gold earns the full check, announced by
+    ``{"stage": "close"}`` and given ``full_s`` in all. Out of time: ``{"equal": false, "timeout": true}``.
+
+    Why: an answer that is not equal to the gold is cheap to tell from it by value, and crafted answers that a
+    simplifier spends its whole budget on (``\\sin(x+1)^{4}``, ``\\Gamma(10^{9})``, ``\\int x^{100} \\sin x dx``, 39
+    nested roots) are, so each cost the full timeout on every call; no list of forms bounds them all."""
+    start = time.process_time()
+    verdict: dict = {"equal": False}
+    try:
+        with _Alarm(quick_s):
+            g, p = _parse(backend, gold, pred)
+            probe = _probe(g, p) if g and p else "differ"
+            if probe is None:
+                verdict = {"equal": _verify(backend, g, p)}
+        if probe == "close":
+            emit({"stage": "close"})
+            with _Alarm(full_s - (time.process_time() - start)):
+                verdict = {"equal": _verify(backend, g, p)}
+    except _OutOfTime:
+        verdict = {"equal": False, "timeout": True}
+    except Exception:  # noqa: BLE001 - an unreadable answer (or RecursionError on deep nesting) is simply not equal
+        verdict = {"equal": False}
+    emit(verdict)
 
 
 def resolve_backend(backend: str) -> str:
@@ -251,15 +393,22 @@ def worker_main(argv: list[str]) -> int:
     # warm up (lazy imports, the LaTeX grammar) before saying ready, so a check's deadline times the check alone
     _equal(backend, "\\frac{1}{2}", "x+1")
     print(json.dumps({"ready": True, "backend": backend}), flush=True)
+    def emit(answer: dict) -> None:
+        print(json.dumps(answer), flush=True)
+
     for line in sys.stdin:
         try:
             req = json.loads(line)
+            if req.get("quick") is not None:  # the staged check (``SymbolicPool.equal`` with ``quick``)
+                staged_check(backend, str(req["gold"]), str(req["pred"]), float(req["quick"]), float(req["full"]),
+                             emit)
+                continue
             equal = _equal(backend, str(req["gold"]), str(req["pred"]))
         except MemoryError:
             equal = False
         except Exception:
             equal = False
-        print(json.dumps({"equal": equal}), flush=True)
+        emit({"equal": equal})
     return 0
 
 
@@ -317,16 +466,30 @@ class _Worker:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
-    def ask(self, gold: str, pred: str, timeout: float) -> bool | None:
-        """True/False, or None when the worker missed the deadline or died (it must then be killed)."""
+    def ask(self, gold: str, pred: str, timeout: float, quick: float | None = None) -> tuple[bool | None, bool]:
+        """(True/False, whether the worker ran out of its own time); (None, False) when the worker missed the deadline
+        or died (it must then be killed). With ``quick``, the staged check (``staged_check``): ``quick`` seconds, and
+        ``timeout`` in all only for an answer numerically equal to the gold; the worker stops itself after that much
+        CPU time, and is killed at a wall-clock deadline if it could not (a long C call)."""
+        request = {"gold": gold, "pred": pred}
+        if quick is not None:
+            request.update(quick=quick, full=timeout)
         try:
-            self.proc.stdin.write((json.dumps({"gold": gold, "pred": pred}) + "\n").encode())
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.died = True
-            return None
-        reply = self.read_line(timeout)
-        return None if reply is None else bool(reply.get("equal"))
+            return None, False
+        start = time.monotonic()
+        if quick is None:
+            reply = self.read_line(timeout)
+        else:
+            reply = self.read_line(min(QUICK_WALL_FACTOR * quick, timeout) + ALARM_GRACE_S)
+            if reply is not None and reply.get("stage") == "close":
+                reply = self.read_line(max(0.0, start + timeout + ALARM_GRACE_S - time.monotonic()))
+        if reply is None:
+            return None, False
+        return bool(reply.get("equal")), bool(reply.get("timeout"))
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -431,25 +594,36 @@ class SymbolicPool:
         if not healthy or self._closed:
             worker.kill()
 
-    def equal(self, gold: str, pred: str, timeout: float) -> bool | None:
-        """Symbolic equality; None when the check ran out of time (the answer then counts as wrong)."""
+    def equal(self, gold: str, pred: str, timeout: float, quick: float | None = None) -> bool | None:
+        """Symbolic equality; None when the check ran out of time (the answer then counts as wrong).
+
+        ``quick`` (seconds): the staged check (``staged_check``), in which only an answer numerically equal to the
+        gold gets ``timeout``; the check's own time starts when a worker takes it (waiting for a free one counts
+        against ``timeout``, not against the answer's ``quick``). None: one check of up to ``timeout``."""
         key = (gold, pred)
         with self._cond:
             if key in self._cache:
                 self._cache.move_to_end(key)
                 return self._cache[key]
         deadline = time.monotonic() + timeout
-        result = None
+        result, out_of_time = None, False
         for _ in range(2):  # a worker that died (rather than ran late) gets one retry on another, in the same time
             worker, restart_clock = self._take(deadline, timeout)
             if worker is None:
                 break
             if restart_clock:  # the first start-up is not part of the check's time
                 deadline = time.monotonic() + timeout
-            result = worker.ask(gold, pred, max(0.0, deadline - time.monotonic()))
+            left = max(0.0, deadline - time.monotonic())
+            if quick is not None:  # the staged check's own clock: from now, full time for a numerically equal answer
+                left = timeout
+            result, out_of_time = worker.ask(gold, pred, left, None if quick is None else min(quick, left))
             self._give_back(worker, healthy=result is not None)
             if result is not None or not worker.died or time.monotonic() >= deadline:
                 break
+        if out_of_time:  # the worker stopped itself on time: it keeps serving
+            with self._cond:
+                self.timeouts += 1
+            return None
         if result is None:
             with self._cond:
                 self.timeouts += 1
@@ -460,6 +634,11 @@ class SymbolicPool:
             if len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
         return result
+
+    @property
+    def warm(self) -> bool:
+        """Whether a worker has started once (a check on a cold pool first waits for a start-up)."""
+        return self._warm
 
     @property
     def live_workers(self) -> list[int]:
