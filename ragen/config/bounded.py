@@ -56,8 +56,8 @@ def json_depth_over(data: bytes, max_depth: int) -> bool:
         if not brackets:
             return False
         inner = brackets.replace(b"[]", b"").replace(b"{}", b"")
-        if inner == brackets:
-            return True  # unbalanced: not JSON, and deeper than anything accepted
+        if inner == brackets:  # only unmatched brackets left: not JSON (the parser says where), deep if many
+            return len(brackets) > max_depth
         brackets = inner
     return bool(brackets)
 
