@@ -521,17 +521,33 @@ def default_parser(model_name: str) -> str:
 MODEL_RECORD = "ragen-parser.json"
 
 
+#: bytes of a model record: a few options; anything larger is no record ragen wrote
+MAX_MODEL_RECORD_BYTES = 1 << 20
+
+
 def model_record(model_name: str) -> dict:
     """What a ragen-trained local model folder records (``parser``, ``parser_options``, ``prompt``), else {} (a
-    built-in or hub model). A malformed record is ignored: it is a hint, and explicit settings win over it."""
-    import json
+    built-in or hub model). A malformed record is ignored: it is a hint, and explicit settings win over it. A record
+    that is no regular file (a link to ``/dev/zero``, a FIFO), leads out of the folder or is over
+    ``MAX_MODEL_RECORD_BYTES`` is refused with one line (``ragen.config.bounded``), never read until memory runs out."""
     from pathlib import Path
+
+    from ragen.config.bounded import BoundedReadError, parse_json, read_file
 
     if not model_name:
         return {}
+    folder = Path(model_name).expanduser()
+    path = folder / MODEL_RECORD
+    if not (path.exists() or path.is_symlink()):
+        return {}
     try:
-        data = json.loads((Path(model_name).expanduser() / MODEL_RECORD).read_text())
-    except (OSError, ValueError):
+        raw = read_file(path, source=f"model.name: {MODEL_RECORD} of {str(folder)!r}",
+                        max_bytes=MAX_MODEL_RECORD_BYTES, inside=folder)
+    except FileNotFoundError:
+        return {}
+    try:
+        data = parse_json(raw, source=str(path), max_bytes=MAX_MODEL_RECORD_BYTES)
+    except BoundedReadError:
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -103,7 +103,6 @@ OWNED_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "
 
 def user_deepspeed_config(path: str) -> dict:
     """The user's DeepSpeed JSON (``trainer.deepspeed_config``), minus the keys the trainer owns."""
-    import json
     from pathlib import Path
 
     if not path:
@@ -111,10 +110,14 @@ def user_deepspeed_config(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"trainer.deepspeed_config: {path!r} does not exist")
+    from ragen.config.bounded import BoundedReadError, read_json_file
+
     try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"trainer.deepspeed_config: {path!r} is not valid JSON: {exc}") from None
+        data = read_json_file(p, source=f"trainer.deepspeed_config: {path!r}")
+    except BoundedReadError as exc:
+        raise ConfigError(str(exc).replace("not valid JSON (", "is not valid JSON (", 1)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"trainer.deepspeed_config: {path!r} is not a JSON object")
     return {k: v for k, v in data.items() if k not in OWNED_KEYS}
 
 

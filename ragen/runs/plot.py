@@ -40,14 +40,18 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c
 
 def read_jsonl(path: Path) -> list[dict]:
     """The rows of a JSONL file ([] when it is missing); a torn last line (a killed run) is skipped, not fatal."""
+    from ragen.config.bounded import MAX_JSONL_BYTES, read_file
+
     path = Path(path)
     if not path.is_file():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    # bounded: a regular file inside the run folder (a link to a file elsewhere is refused, not shown in a report)
+    text = read_file(path, max_bytes=MAX_JSONL_BYTES, inside=path.parent).decode("utf-8", "replace")
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # torn, or nested past the parser's recursion limit
             continue
     return rows
 

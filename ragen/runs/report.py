@@ -18,6 +18,7 @@ from typing import Callable
 
 import structlog
 
+from ragen.config.bounded import read_json_file
 from ragen.errors import RagenError
 from ragen.runs import plot
 
@@ -66,7 +67,15 @@ def _config(run_dir: Path) -> dict:
     import yaml
 
     path = run_dir / "config.yaml"
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+    return (yaml.safe_load(_run_file_text(run_dir, "config.yaml")) or {}) if path.is_file() else {}
+
+
+def _run_file_text(run_dir: Path, name: str) -> str:
+    """A run folder's small file, bounded: a regular file inside the folder (a link to ~/.ssh/... is refused, never
+    copied into a report page), at most ``MAX_FILE_BYTES``."""
+    from ragen.config.bounded import read_file
+
+    return read_file(run_dir / name, inside=run_dir).decode("utf-8", "replace")
 
 
 def _user_text(text: str) -> str:
@@ -149,8 +158,8 @@ def read_run(run_dir: Path, decode: Decode | None = None) -> dict:
     eval_metrics = run_dir / "metrics.json"
     return {"name": run_dir.resolve().name, "dir": str(run_dir),
             "metrics": plot.read_metrics(run_dir) if has_log else [],
-            "eval": json.loads(eval_metrics.read_text()) if eval_metrics.is_file() else None,
-            "config": (run_dir / "config.yaml").read_text() if (run_dir / "config.yaml").is_file() else "",
+            "eval": read_json_file(eval_metrics, inside=run_dir) if eval_metrics.is_file() else None,
+            "config": _run_file_text(run_dir, "config.yaml") if (run_dir / "config.yaml").is_file() else "",
             "trajectories": [compact(t, decode, strings) for t in rows], "strings": strings.items}
 
 

@@ -7,11 +7,13 @@ import hmac
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from ragen.config.bounded import BoundedReadError, parse_json
 from ragen.contract.env import EpisodeWeight
 from ragen.errors import ConfigError, RagenError
 from ragen.serve.hosts import EnvFactory, RequestError, json_safe, weight_of
@@ -21,14 +23,19 @@ from ragen.serve.table import DEFAULT_WORKERS, EpisodeTable, client_cap, one_lin
 log = structlog.get_logger("ragen")
 
 MAX_BODY = 1 << 20  #: bytes; a larger request body is refused with 413
-MAX_CLIENT_ID = 64  #: characters of ``X-Ragen-Client`` kept
+#: seconds a connection has to send one whole request (headers and body) once it starts one, or from when it opens;
+#: slower (a half-sent request, a trickle) is closed, so idle sockets cannot hold the server's connection slots
+REQUEST_DEADLINE_S = 10.0
+#: open connections at most (waitress's connection_limit); half-sent ones are closed at REQUEST_DEADLINE_S
+CONNECTION_LIMIT = 1000
 
 
 def wsgi_app(table: EpisodeTable, token: str | None = None) -> Callable:
     """The WSGI application over ``table``; ``token`` (when set) is required as ``Authorization: Bearer``.
 
-    A client is its address plus the ``X-Ragen-Client`` id the ``remote`` env sends (one per process): the per-client
-    cap counts episodes by it."""
+    A client, for the per-client cap, is the peer's address: something the client cannot choose by a header (the
+    ``X-Ragen-Client`` id the ``remote`` env sends names nothing the server trusts; with one shared token, the token
+    names no client either)."""
     expected = f"Bearer {token}".encode() if token else None
 
     def app(environ: dict, start_response: Callable) -> list[bytes]:
@@ -38,7 +45,7 @@ def wsgi_app(table: EpisodeTable, token: str | None = None) -> Callable:
                 given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
                 if not hmac.compare_digest(given, expected):
                     raise RequestError(401, "auth", "missing or wrong token (Authorization: Bearer ...)")
-            client = f"{environ.get('REMOTE_ADDR', '')}/{environ.get('HTTP_X_RAGEN_CLIENT', '')[:MAX_CLIENT_ID]}"
+            client = environ.get("REMOTE_ADDR", "")
             status, payload = table.dispatch(method, path, _read_json(environ), client=client)
             data = json.dumps(json_safe(payload), allow_nan=False).encode()
         except RequestError as exc:
@@ -62,10 +69,6 @@ _REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 
             429: "Too Many Requests", 500: "Internal Server Error"}
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _read_json(environ: dict) -> Any:
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -76,9 +79,9 @@ def _read_json(environ: dict) -> Any:
     raw = environ["wsgi.input"].read(length) if length > 0 else b""
     if not raw.strip():
         return None
-    try:
-        return json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, NaN, an integer of > 4,300 digits, too deep
+    try:  # the bounded reader: not UTF-8, not JSON, NaN, an integer of > 4,300 digits, nested past 64 levels
+        return parse_json(raw, source="the body", max_bytes=MAX_BODY)
+    except BoundedReadError as exc:
         raise RequestError(400, "request", f"the body is not JSON: {str(exc)[:200]}") from None
 
 
@@ -122,12 +125,14 @@ def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int 
                 insecure: bool = False, threads: int = 16, workers: int = DEFAULT_WORKERS,
                 episode_timeout_s: float | None = None, max_episodes: int = 1024,
                 max_client_episodes: int | None = None,
-                min_free_mb: float | None = None, connection_limit: int = 100) -> Any:
+                min_free_mb: float | None = None, connection_limit: int = CONNECTION_LIMIT,
+                request_deadline_s: float = REQUEST_DEADLINE_S) -> Any:
     """A waitress server (not yet running) serving env ``name``; ``server.table`` is its ``EpisodeTable``.
 
     The env is built once here (its options checked, its ``episode_weight`` read) before anything else starts;
     ``check_token`` then decides whether a token is required. ``workers``: processes for an env not declared
-    concurrency-safe; ``max_client_episodes`` None: ``client_cap``; the other caps: ``EpisodeTable``."""
+    concurrency-safe; ``max_client_episodes`` None: ``client_cap``; the other caps: ``EpisodeTable``.
+    ``request_deadline_s``: a connection that does not send a whole request within it is closed (``_Channel``)."""
     import waitress
 
     factory = EnvFactory(name, options)
@@ -149,13 +154,54 @@ def make_server(name: str, options: dict, *, host: str = "127.0.0.1", port: int 
     try:
         server = waitress.create_server(wsgi_app(table, token), host=host, port=port, threads=threads,
                                         max_request_body_size=MAX_BODY, channel_timeout=max(60.0, table.timeout_s),
-                                        connection_limit=connection_limit, ident="ragen-env", expose_tracebacks=False)
+                                        connection_limit=connection_limit, ident="ragen-env", expose_tracebacks=False,
+                                        asyncore_use_poll=True)  # poll: more than select's 1,024 descriptors
     except OSError as exc:
         table.close()
         raise ConfigError(f"--host/--port: cannot listen on {host}:{port}: {exc}") from None
+    bound_requests(server, request_deadline_s)
     server.table = table
     _start_reaper(table)
     return server
+
+
+def _deadline_channel(base: type, deadline_s: float) -> type:
+    """waitress's channel with a deadline for each request: waitress closes only *idle* connections
+    (``channel_timeout``, reset by every byte), so a client sending half a request, or one byte every few seconds,
+    held a connection slot for ever and ~100 of them denied service to everyone. This channel is closed when a
+    request (or a new connection's first request) is not whole within ``deadline_s``."""
+
+    class Channel(base):
+        def __init__(self, *args: Any, **kw: Any):
+            super().__init__(*args, **kw)
+            self.request_started: float | None = time.monotonic()  # a new connection owes its first request
+
+        def received(self, data: bytes) -> bool:
+            if self.request_started is None:
+                self.request_started = time.monotonic()
+            done = super().received(data)
+            if self.request is None:  # every request received so far is whole: the next one starts its own clock
+                self.request_started = None
+            return done
+
+        def readable(self) -> bool:  # asked on every turn of waitress's loop (at least once a second)
+            started = self.request_started
+            if started is not None and not self.requests and time.monotonic() - started > deadline_s:
+                self.will_close = True  # handle_write closes it on this turn
+                return False
+            return super().readable()
+
+    return Channel
+
+
+def bound_requests(server: Any, deadline_s: float) -> None:
+    """Give every listening socket of a waitress ``server`` the per-request deadline (``_deadline_channel``)."""
+    from waitress.server import BaseWSGIServer
+
+    listeners = [server] if isinstance(server, BaseWSGIServer) else [
+        s for s in getattr(server, "map", {}).values() if isinstance(s, BaseWSGIServer)]
+    for listener in listeners:
+        listener.channel_class = _deadline_channel(type(listener).channel_class, float(deadline_s))
 
 
 def _start_reaper(table: EpisodeTable) -> None:

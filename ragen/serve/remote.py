@@ -5,7 +5,10 @@ the episode budget, the expert) from the server's ``/info`` and forwards reset/s
 bookkeeping (``Env.reset``/``step``) still runs locally, so ``ragen run`` and ``ragen check-env`` treat it as any
 env. The budget is the served env's (set it with ``serve-env -o``): prompt and episode must agree with the server.
 A lost connection or an env failing on the server raises ``RemoteEnvError``: the rollout drops that episode and
-counts it in ``failed_envs``.
+counts it in ``failed_envs``. Every answer is bounded (at most ``MAX_ANSWER_BYTES``, its body within ``timeout_s``,
+JSON nested at most ``MAX_JSON_DEPTH`` levels) and checked against its declared type before use: flags are booleans,
+rewards finite numbers within ``MAX_ABS_REWARD``, texts within ``max_observation_chars``; a server's error message is
+clipped and stripped of control characters.
 """
 
 from __future__ import annotations
@@ -13,16 +16,28 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import time
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
 import attrs
 
+from ragen.config.bounded import BoundedReadError, clip, parse_json, read_stream
 from ragen.config.fields import AT_LEAST_1
 from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option
 from ragen.contract.hookspecs import hookimpl
 from ragen.errors import ConfigError, RemoteEnvError
-from ragen.serve.net import TOKEN_ENV, is_loopback
+from ragen.serve.net import (
+    MAX_ABS_REWARD,
+    MAX_ACTION_CHARS,
+    MAX_ACTION_NAME_CHARS,
+    MAX_ACTION_NAMES,
+    MAX_ANSWER_BYTES,
+    MAX_OBSERVATION_CHARS,
+    TOKEN_ENV,
+    is_loopback,
+    redact_url,
+)
 
 #: this process's id for the server's per-client cap (``X-Ragen-Client``): every remote env of a trainer is one client
 CLIENT_ID = f"{os.getpid()}-{secrets.token_hex(4)}"
@@ -35,8 +50,13 @@ class RemoteConfig(EnvConfig):
 
     url: str = option("", "Base URL of a `ragen serve-env` server, e.g. http://127.0.0.1:8765 (printed by serve-env).")
     token: str = option("", f"Shared token the server was started with (--token); empty: ${TOKEN_ENV} or none.")
-    timeout_s: float = option(60.0, "Seconds per request; a server silent for longer fails the episode.",
+    timeout_s: float = option(60.0, "Seconds per request (and for the whole body of its answer); a server slower "
+                                    "than that fails the episode.",
                               validator=attrs.validators.gt(0))
+    max_observation_chars: int = option(MAX_OBSERVATION_CHARS,
+                                        "Characters of one observation (and of the instructions) accepted from the "
+                                        "server; a longer one fails the episode instead of filling the prompt.",
+                                        validator=attrs.validators.ge(1))
     max_connections: int = option(8, "Connections to the server at most, shared by every remote env of this process "
                                   "with the same url and token (more requests at once wait for a free one).",
                                   range=AT_LEAST_1)
@@ -57,7 +77,7 @@ def raise_for(where: str, status: int, payload: Any) -> None:
     """Map a refused request to the error a local env would have raised."""
     if status < 400:
         return
-    message = payload.get("error", payload) if isinstance(payload, dict) else payload
+    message = clip(payload.get("error", payload) if isinstance(payload, dict) else payload)
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if status == 401:
         raise ConfigError(f"env.options.token: the env server at {where} refused the token ({message})")
@@ -112,8 +132,8 @@ class HttpTransport:
 
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ConfigError(f"env.options.url: expected http://HOST:PORT, got {url!r}")
-        self.where, self.base, self.timeout = url, url.rstrip("/"), float(timeout_s)
+            raise ConfigError(f"env.options.url: expected http://HOST:PORT, got {redact_url(url)!r}")
+        self.where, self.base, self.timeout = redact_url(url), url.rstrip("/"), float(timeout_s)
         self._requests = requests
         token = token or os.environ.get(TOKEN_ENV, "")
         self._key = (parsed.scheme, parsed.netloc.lower(), token, int(max_connections))
@@ -124,6 +144,7 @@ class HttpTransport:
         self.session.mount("https://", adapter)
         self.session.trust_env = not is_loopback(parsed.hostname or "")  # never proxy loopback traffic
         self.session.headers["X-Ragen-Client"] = CLIENT_ID
+        self.session.headers["Accept-Encoding"] = "identity"  # the size cap counts the bytes that are parsed
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
         self._closed = False
@@ -132,19 +153,34 @@ class HttpTransport:
         if self._closed:
             raise RemoteEnvError(f"env server {self.where}: this env is closed")
         try:
-            resp = self.session.request(method, self.base + path, json=body, timeout=self.timeout)
+            resp = self.session.request(method, self.base + path, json=body, timeout=self.timeout, stream=True)
         except self._requests.Timeout:
             raise RemoteEnvError(f"lost the env server at {self.where}: no answer within {self.timeout:g} s") from None
         except self._requests.RequestException as exc:  # refused, reset, DNS: the server is gone
             raise RemoteEnvError(f"lost the env server at {self.where}: {type(exc).__name__}") from None
-        try:
-            payload = resp.json()
-        except ValueError:
-            payload = resp.text[:200]
+        payload = self._bounded_body(resp, f"env server {self.where} ({method} {path})")
         raise_for(self.where, resp.status_code, payload)
         if not isinstance(payload, dict):
             raise RemoteEnvError(f"env server {self.where} answered {resp.status_code} without a JSON object")
         return payload
+
+    def _bounded_body(self, resp: Any, source: str) -> Any:
+        """The answer's body as JSON: at most ``MAX_ANSWER_BYTES``, whole within ``timeout_s``; an error answer
+        that is no JSON reads as its clipped text."""
+        try:
+            with resp:
+                raw = read_stream(lambda n: resp.raw.read1(n, decode_content=False), source=source,
+                                  max_bytes=MAX_ANSWER_BYTES, deadline=time.monotonic() + self.timeout)
+        except BoundedReadError as exc:
+            raise RemoteEnvError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - urllib3's read errors: reset, time-out mid-body
+            raise RemoteEnvError(f"lost the env server at {self.where}: {type(exc).__name__}") from None
+        try:
+            return parse_json(raw, source=source, max_bytes=MAX_ANSWER_BYTES)
+        except BoundedReadError as exc:
+            if resp.status_code >= 400:
+                return clip(raw[:1000].decode("utf-8", "replace"), 200)
+            raise RemoteEnvError(str(exc)) from None
 
     def close(self) -> None:
         if not self._closed:
@@ -158,16 +194,67 @@ class RemoteExpert(Expert):
     """The served env's expert, asked for the current episode's state."""
 
     def next_actions(self, env: Env, k: int) -> list[str]:
-        return list(env.expert_call(k)["actions"])
+        return list(_names(env.expert_call(k).get("actions"), "expert actions", env.transport.where,
+                           MAX_ACTION_CHARS, env.config.max_observation_chars))
 
     def rationale(self, env: Env) -> str:
-        return str(env.expert_call(1)["rationale"])
+        return _text(env.expert_call(1).get("rationale"), env.config.max_observation_chars, "a rationale",
+                     env.transport.where)
 
     def optimal_actions(self, env: Env) -> set[str] | None:
         if not env.served.get("has_judge"):
             return None
-        best = env.judge_call()["optimal_actions"]
-        return None if best is None else set(best)
+        best = env.judge_call().get("optimal_actions")
+        return None if best is None else set(_names(best, "optimal actions", env.transport.where,
+                                                    MAX_ACTION_CHARS, env.config.max_observation_chars))
+
+
+# ---- what the server sends, checked against its declared type before it is used ------------------------------
+def _flag(value: Any, name: str, where: str) -> bool:
+    """A JSON boolean; ``"no"``, ``0`` or a missing flag is refused, never read by truthiness."""
+    if not isinstance(value, bool):
+        raise RemoteEnvError(f"env server {where} sent {name}={clip(repr(value), 60)}, not a boolean")
+    return value
+
+
+def _number(value: Any, name: str, where: str) -> float:
+    """A real number (not a bool) of at most ``MAX_ABS_REWARD`` in absolute value; None is NaN ("none")."""
+    if value is None:
+        return float("nan")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RemoteEnvError(f"env server {where} sent a {name} that is not a number ({type(value).__name__})")
+    if not abs(value) <= MAX_ABS_REWARD:  # an integer compares exactly (4,000 digits included); NaN, inf: False
+        shown = clip(repr(value), 40) if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
+        raise RemoteEnvError(f"env server {where} sent a {name} of {shown}, beyond +-{MAX_ABS_REWARD:g}")
+    return float(value)
+
+
+def _text(value: Any, limit: int, what: str, where: str) -> str:
+    if not isinstance(value, str):
+        raise RemoteEnvError(f"env server {where} sent {what} that is not a string ({type(value).__name__})")
+    if len(value) > limit:
+        raise RemoteEnvError(f"env server {where} sent {what} of {len(value)} characters, over "
+                             f"env.options.max_observation_chars={limit}")
+    return value
+
+
+def _names(value: Any, what: str, where: str, count: int = MAX_ACTION_NAMES,
+           chars: int = MAX_ACTION_NAME_CHARS) -> list[str]:
+    """A list of at most ``count`` strings of at most ``chars`` characters each (the env's action names: 1,000 of
+    200; a split answer or the expert's actions: as many and as long as an action may be)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RemoteEnvError(f"env server {where} sent {what} that are not a list of strings")
+    if len(value) > count or any(len(v) > chars for v in value):
+        raise RemoteEnvError(f"env server {where} sent over {count} {what} or one over {chars} characters")
+    return value
+
+
+def _object(value: Any, what: str, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RemoteEnvError(f"env server {where} sent {what} that is not an object ({type(value).__name__})")
+    return value
 
 
 class RemoteEnv(Env):
@@ -190,24 +277,37 @@ class RemoteEnv(Env):
         self._answers: dict[tuple[str, str], Any] = {}
         try:
             info = transport.call("GET", "/info")
+            self._mirror(info)
         except RemoteEnvError as exc:
             transport.close()
             raise ConfigError(f"env.options.url: cannot use the env server ({exc})") from None
-        self._mirror(info)
 
     def _mirror(self, info: dict) -> None:
+        where, limit = self.transport.where, self.config.max_observation_chars
         self.served = info
-        self.instructions = str(info.get("instructions", ""))
-        space = info.get("action_space") or {}
-        self.action_names = space.get("action_names")
-        self.action_separator = space.get("separator")
-        self.action_space = TextSpace(max_length=int(space.get("max_length") or 200))
-        self.symbol_legend = info.get("symbol_legend")
-        self.deterministic = bool(info.get("deterministic", True))
-        self.procedural = bool(info.get("procedural", True))
-        self.failure_reward = float(info.get("failure_reward") or 0.0)
-        self.expert = RemoteExpert() if info.get("has_expert") else None
-        budget = {k: info.get("config", {}).get(k) for k in BUDGET_KEYS}
+        self.instructions = _text(info.get("instructions", ""), limit, "instructions", where)
+        space = _object(info.get("action_space"), "an action space", where)
+        names = space.get("action_names")
+        self.action_names = None if names is None else _names(names, "action names", where)
+        sep = space.get("separator")
+        self.action_separator = None if sep is None else _text(sep, MAX_ACTION_NAME_CHARS, "a separator", where)
+        max_length = space.get("max_length")
+        if max_length is not None and not (isinstance(max_length, int) and not isinstance(max_length, bool)
+                                           and 1 <= max_length <= 10 * MAX_OBSERVATION_CHARS):
+            raise RemoteEnvError(f"env server {where} sent an action max_length of {clip(repr(max_length), 40)}")
+        self.action_space = TextSpace(max_length=int(max_length or 200))
+        legend = info.get("symbol_legend")
+        if legend is not None:
+            legend = {_text(k, MAX_ACTION_NAME_CHARS, "a legend symbol", where):
+                      _text(v, limit, "a legend entry", where)
+                      for k, v in _object(legend, "a symbol legend", where).items()}
+        self.symbol_legend = legend
+        self.deterministic = _flag(info.get("deterministic", True), "deterministic", where)
+        self.procedural = _flag(info.get("procedural", True), "procedural", where)
+        failure = _number(info.get("failure_reward"), "failure_reward", where)
+        self.failure_reward = 0.0 if failure != failure else failure
+        self.expert = RemoteExpert() if info.get("has_expert") is True else None
+        budget = {k: _object(info.get("config"), "a config", where).get(k) for k in BUDGET_KEYS}
         if not all(isinstance(v, int) and v >= 1 for v in budget.values()):
             raise ConfigError(f"env.options.url: {self.transport.where} is not a ragen env server (no episode budget)")
         self.config = attrs.evolve(self.config, **budget)
@@ -218,26 +318,33 @@ class RemoteEnv(Env):
         self._answers.clear()
         body = {"seed": seed, "options": {"split": self.split, "rollout_index": self.rollout_index, **options}}
         data = self.transport.call("POST", "/episodes", body)
-        self._episode, self.task_id = data["episode"], data.get("task_id")
-        info = {k: v for k, v in (data.get("info") or {}).items() if k not in ("task_id", "seed", "split")}
-        return data["obs"], info
+        where, limit = self.transport.where, self.config.max_observation_chars
+        episode = _text(data.get("episode"), 64, "an episode id", where)
+        task_id = data.get("task_id")
+        self._episode = episode
+        self.task_id = None if task_id is None else _text(task_id, 1000, "a task id", where)
+        info = {k: v for k, v in _object(data.get("info"), "an info", where).items()
+                if k not in ("task_id", "seed", "split")}
+        return _text(data.get("obs"), limit, "an observation", where), info
 
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         self._answers.clear()
         data = self._episode_call("step", {"action": action})
-        reward = data.get("reward")
-        return (data["obs"], float("nan") if reward is None else float(reward), bool(data["terminated"]),
-                bool(data["truncated"]), dict(data.get("info") or {}))
+        where = self.transport.where
+        return (_text(data.get("obs"), self.config.max_observation_chars, "an observation", where),
+                _number(data.get("reward"), "reward", where), _flag(data.get("terminated"), "terminated", where),
+                _flag(data.get("truncated"), "truncated", where), dict(_object(data.get("info"), "an info", where)))
 
     def validate_action(self, text: str) -> bool:
         if not self.served.get("custom_validate") or self._episode is None:
             return super().validate_action(text)
-        return bool(self._cached("validate", "action", text)["valid"])
+        return _flag(self._cached("validate", "action", text).get("valid"), "valid", self.transport.where)
 
     def split_actions(self, answer: str) -> list[str]:
         if not self.served.get("custom_split") or self._episode is None:
             return super().split_actions(answer)
-        return list(self._cached("split", "answer", answer)["actions"])
+        return list(_names(self._cached("split", "answer", answer).get("actions"), "actions", self.transport.where,
+                           MAX_ACTION_CHARS, MAX_ACTION_CHARS))
 
     def expert_call(self, k: int) -> dict:
         return self._episode_call("expert", {"k": int(k)})
@@ -249,8 +356,8 @@ class RemoteEnv(Env):
     def potential(self) -> float | None:
         if not self.served.get("has_potential") or self._episode is None:
             return None
-        phi = self.judge_call()["potential"]
-        return None if phi is None else float(phi)
+        phi = self.judge_call().get("potential")
+        return None if phi is None else _number(phi, "potential", self.transport.where)
 
     def _cached(self, op: str, key: str = "", text: str = "") -> dict:
         """Episode.step_turn asks about each piece more than once per turn: one request per distinct question of the

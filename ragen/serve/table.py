@@ -381,7 +381,8 @@ class ProcessEnvPool:
         self._where = f"the env worker processes of {name}"
 
     def make(self) -> Env:
-        env = RemoteEnv(RemoteConfig(), transport=TableTransport(self.table, self._where))
+        # the env lives in this trainer's own worker processes: its observations are as long as the env makes them
+        env = RemoteEnv(RemoteConfig(max_observation_chars=2**62), transport=TableTransport(self.table, self._where))
         env.name = self.name
         return env
 

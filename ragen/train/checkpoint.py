@@ -79,17 +79,49 @@ class WeightsOnly:
                              f"docs/security.md): {first}") from None
 
 
+#: bytes of DeepSpeed's ``latest`` file: one tag name
+MAX_LATEST_BYTES = 4096
+
+
+def latest_tag(run_dir: Path, sub: str) -> str | None:
+    """The tag DeepSpeed's ``latest`` names under ``checkpoints/<sub>``, checked: read by the bounded reader (a
+    regular file inside the run folder, at most ``MAX_LATEST_BYTES``) and one folder of that checkpoint folder (a
+    copied run folder whose ``latest`` says ``../../../evil`` is refused, never followed); None without ``latest``."""
+    from ragen.config.bounded import read_file
+
+    folder = Path(run_dir) / CHECKPOINTS / sub
+    path = folder / "latest"
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        raw = read_file(path, source=f"--resume: {path}", max_bytes=MAX_LATEST_BYTES, inside=run_dir)
+    except FileNotFoundError:
+        return None
+    tag = raw.decode("utf-8", "replace").strip()
+    target = (folder / tag).resolve()
+    if (not tag or "/" in tag or "\\" in tag or tag in (".", "..") or not tag.isprintable()
+            or target.parent != folder.resolve() or not target.is_dir()):
+        raise RagenError(f"--resume: {path} names {tag[:60]!r}, not a checkpoint folder beside it; refused (a run "
+                         "folder is data: docs/security.md)")
+    return tag
+
+
 def load(run_dir: Path, actor, critic) -> dict:
-    """Load the newest tag into the actor (and critic), weights only; returns the client state saved with it."""
+    """Load the newest tag into the actor (and critic), weights only; returns the client state saved with it. The tag
+    comes from ``latest``, confined to the run folder (``latest_tag``)."""
     ckpt = Path(run_dir) / CHECKPOINTS
     for engine in (actor, critic):
         if engine is not None and not isinstance(engine.checkpoint_engine, WeightsOnly):
             engine.checkpoint_engine = WeightsOnly(engine.checkpoint_engine)
-    path, state = actor.load_checkpoint(str(ckpt / "actor"))
+    tag = latest_tag(run_dir, "actor")
+    critic_tag = latest_tag(run_dir, "critic") if critic is not None else None
+    if tag is None:
+        raise ConfigError(f"--resume: no checkpoint under {ckpt}")
+    path, state = actor.load_checkpoint(str(ckpt / "actor"), tag=tag)
     if path is None:
         raise ConfigError(f"--resume: no checkpoint under {ckpt}")
     if critic is not None:
-        critic.load_checkpoint(str(ckpt / "critic"))
+        critic.load_checkpoint(str(ckpt / "critic"), tag=critic_tag)
     return state
 
 

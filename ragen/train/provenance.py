@@ -19,6 +19,7 @@ from typing import Any
 from ragen.config import RunConfig, converter, to_dict
 from ragen.plugins.components import component_config, preset_with
 from ragen.plugins.loader import distribution_version, get_registry
+from ragen.train.runlog import redact_command
 
 #: libraries whose versions change what a run computes
 LIBRARIES = ("torch", "transformers", "deepspeed", "accelerate", "peft", "numpy", "vllm")
@@ -79,7 +80,7 @@ def run_info(cfg: RunConfig, device: Any) -> dict:
         "libraries": {name: v for name in LIBRARIES if (v := distribution_version(name)) is not None},
         "device": _device_name(device),
         "seed": cfg.trainer.seed,
-        "command": " ".join(sys.argv),
+        "command": redact_command(sys.argv),  # a token given on the command line is no secret in the record
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from ragen.log import log
+from ragen.serve.net import redact_url
 
 #: config keys whose values are secrets: written as REDACTED (a remote env takes its token from $RAGEN_ENV_TOKEN)
 SECRET_KEY = re.compile(r"(^|_)(token|password|passwd|secret|api_?key|credentials?)$", re.I)  # not max_tokens
@@ -25,12 +26,15 @@ REDACTED = "<redacted>"
 
 def redact(data: Any) -> Any:
     """``data`` with every secret-named key's text replaced (secrets are strings: a number such as a shaper's
-    ``per_token`` cost stays, and an empty value stays empty: nothing to hide)."""
+    ``per_token`` cost stays, and an empty value stays empty: nothing to hide), and the credentials of every URL in
+    it (``http://user:pass@host``, ``?token=...``: ``ragen.serve.net.redact_url``)."""
     if isinstance(data, dict):
         return {k: (REDACTED if isinstance(k, str) and SECRET_KEY.search(k) and isinstance(v, str) and v else redact(v))
                 for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return type(data)(redact(v) for v in data)
+    if isinstance(data, str) and "://" in data:
+        return redact_url(data)
     return data
 
 
@@ -53,6 +57,31 @@ def saved_config(run_dir: Path) -> dict:
     if isinstance(data.get("rollout"), dict):
         data["rollout"].setdefault("prompt", "full")
     return data
+
+
+def redact_command(argv: list[str]) -> str:
+    """A command line fit to record (``run.json``): the value of every secret-named override (``KEY=VALUE`` with
+    KEY's last part a secret name, as in ``env.options.token=...``) or option (``--token X``, ``--api-key=X``), and
+    the credentials of every URL, replaced by ``<redacted>``."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        key, eq, value = arg.partition("=")
+        name = key.lstrip("-").rsplit(".", 1)[-1].replace("-", "_")
+        if eq and value and SECRET_KEY.search(name):
+            out.append(f"{key}={REDACTED}")
+        elif arg.startswith("-") and not eq and SECRET_KEY.search(name):
+            out.append(arg)
+            hide_next = True
+        elif eq and "://" in value:
+            out.append(f"{key}={redact_url(value)}")
+        else:
+            out.append(redact_url(arg) if "://" in arg else arg)
+    return " ".join(out)
 
 
 def _refuse_link(path: Path) -> None:
@@ -105,11 +134,14 @@ APPENDED_JSONL = ("metrics.jsonl", "trajectories.jsonl", "val_trajectories.jsonl
 def _lines_up_to(path: Path, step: int) -> list[str]:
     """The lines of a JSONL file whose row's step is <= ``step``; undecodable lines (a torn last line after kill -9)
     are dropped with a warning instead of failing the resume."""
+    from ragen.config.bounded import MAX_JSONL_BYTES, read_file
+
     keep = []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    text = read_file(path, max_bytes=MAX_JSONL_BYTES, inside=path.parent).decode("utf-8", "replace")
+    for number, line in enumerate(text.splitlines(), 1):
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             row = None
         if not isinstance(row, dict):
             log.warning(

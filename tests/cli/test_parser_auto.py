@@ -49,3 +49,20 @@ def test_a_run_from_a_ragen_trained_folder_reads_its_parser_and_prompt(tmp_path)
     (tmp_path / "ragen-parser.json").write_text("not json")
     r = load_config(overrides=[f"model.name={tmp_path}"]).rollout
     assert (r.parser, r.prompt) == ("think-answer", "full")  # a path's defaults
+
+
+def test_run_from_a_folder_whose_record_is_dev_zero_is_one_line_at_once(tmp_path):
+    """`ragen run --model FOLDER` with `ragen-parser.json -> /dev/zero` read until the host ran out of memory."""
+    import subprocess
+    import time
+
+    from conftest import ragen_cmd
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "ragen-parser.json").symlink_to("/dev/zero")
+    t0 = time.monotonic()
+    r = subprocess.run(ragen_cmd("run", "--model", str(tmp_path), f"logging.run_dir={tmp_path / 'runs'}"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and time.monotonic() - t0 < 60
+    assert "ragen-parser.json" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([line for line in r.stderr.splitlines() if "Error" in line]) == 1, r.stderr

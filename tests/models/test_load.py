@@ -153,3 +153,71 @@ def test_dtype_names():
     assert resolve_dtype("bfloat16", "cpu") is torch.bfloat16
     with pytest.raises(ragen.ConfigError, match="model.dtype"):
         resolve_dtype("fp33", "cpu")
+
+
+# ---- a model folder is data: bounded reads, weights only ------------------------------------------------------
+class _Payload:
+    """A pickled object whose unpickling writes a marker file: code, not weights."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return (Path.write_text, (self.marker, "payload ran"))
+
+
+def test_a_pickled_payload_in_a_model_folder_is_one_line_and_runs_nothing(tiny, tmp_path):
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "evil"
+    shutil.copytree(tiny, folder)
+    [weights] = list(folder.glob("*.safetensors"))
+    state = load_file(weights)
+    weights.unlink()
+    marker = tmp_path / "pwned"
+    torch.save({**state, "evil": _Payload(marker)}, folder / "pytorch_model.bin")
+    with pytest.raises(ragen.ConfigError, match="holds more than weights and was not loaded") as raised:
+        load_model_and_tokenizer(str(folder), "unused")
+    assert "\n" not in str(raised.value) and not marker.exists()
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+@pytest.mark.parametrize("name", ["ragen-parser.json", "tokenizer.json"])
+def test_a_model_file_that_is_no_regular_file_is_refused_at_once(tiny, tmp_path, special, name):
+    """`ragen-parser.json` -> /dev/zero used to be read until the host ran out of memory (a FIFO: waited for ever);
+    transformers reads tokenizer.json whole as well."""
+    import shutil
+    import time
+
+    from ragen.config import load_config
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny, folder)
+    target = folder / name
+    target.unlink(missing_ok=True)
+    if special == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to(special)
+    t0 = time.monotonic()
+    with pytest.raises(ragen.RagenError) as raised:
+        if name == "ragen-parser.json":
+            load_config(overrides=[f"model.name={folder}"])  # `ragen run --model FOLDER` reads the record first
+        else:
+            resolve_model(str(folder), "unused")
+    message = str(raised.value)
+    assert time.monotonic() - t0 < 5 and "\n" not in message and name in message, message
+    assert "not a regular file" in message or "leads out of" in message, message
+
+
+def test_an_oversize_model_record_is_refused(tmp_path):
+    from ragen.config import load_config
+
+    (tmp_path / "ragen-parser.json").write_text('{"parser": "answer", "pad": "' + "x" * (2 << 20) + '"}')
+    with pytest.raises(ragen.RagenError, match="over the 1048576-byte cap"):
+        load_config(overrides=[f"model.name={tmp_path}"])

@@ -169,6 +169,25 @@ def test_a_torn_last_line_of_a_killed_run_is_skipped(two_runs, tmp_path):
     assert len(data["metrics"]) == 7 and len(data["trajectories"]) == 10
 
 
+def test_a_run_file_linked_out_of_the_folder_is_refused_not_copied_into_the_page(two_runs, tmp_path):
+    """A copied run folder is data: its config.yaml linked to a private file elsewhere used to be embedded in the
+    report page; a line nested past the parser's recursion limit used to stop the report with a traceback."""
+    run = two_runs[0]
+    private = tmp_path / "id_rsa"
+    private.write_text("PRIVATE KEY\n")
+    (run / "config.yaml").unlink()
+    (run / "config.yaml").symlink_to(private)
+    proc = subprocess.run(ragen_cmd("report", str(run), "-o", str(tmp_path / "r.html")), capture_output=True,
+                          text=True)
+    assert proc.returncode == 1 and "leads out of" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "r.html").exists() or "PRIVATE KEY" not in (tmp_path / "r.html").read_text()
+    (run / "config.yaml").unlink()
+    (run / "config.yaml").write_text("env: {name: toy}\n")
+    with open(run / "trajectories.jsonl", "a") as f:
+        f.write("[" * 100_000 + "]" * 100_000 + "\n")
+    assert len(report.read_run(run, decode)["trajectories"]) == 10
+
+
 def test_without_a_tokenizer_the_viewer_says_observations_are_not_decoded(two_runs):
     data = report.read_run(two_runs[0])  # config.yaml names no model and the folder holds no tokenizer.json
     assert all(turn["obs"] is None for t in data["trajectories"] for turn in t["turns"])

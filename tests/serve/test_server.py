@@ -333,16 +333,16 @@ def test_lean_easy_is_served_by_weight():
     url = f"http://127.0.0.1:{server.effective_port}"
     auth = {"Authorization": "Bearer t0ken-for-the-test"}
 
-    def reset(client):
-        return requests.post(url + "/episodes", json={"seed": 1}, headers={**auth, "X-Ragen-Client": client},
-                             timeout=120)
+    def reset(client):  # a client is its address: "a" and "b" post from two loopback addresses
+        source = {"a": "127.0.0.2", "b": "127.0.0.3"}[client]
+        return _post_from(server.effective_port, source, {"seed": 1}, token="t0ken-for-the-test", timeout=120)
 
     try:
         info = requests.get(url + "/info", headers=auth, timeout=30).json()
         assert info["episode_weight"] == {"processes": 1, "memory_mb": 280, "max_open": 32}
         assert (table.max_open, table.max_client) == (4, 2)
         assert requests.post(url + "/episodes", json={"seed": 1}, timeout=30).status_code == 401
-        codes = [reset("a").status_code for _ in range(3)] + [reset("b").status_code for _ in range(3)]
+        codes = [reset("a") for _ in range(3)] + [reset("b") for _ in range(3)]
         assert codes == [201, 201, 429, 201, 201, 429], codes
         assert len(_coqtops()) == 4
         time.sleep(8.5)  # every client gone: the episodes are abandoned
@@ -356,3 +356,80 @@ def test_lean_easy_is_served_by_weight():
         server.close()
         table.close()
         thread.join(timeout=5)
+
+
+# ---- abuse of the connection: half-sent requests, a client choosing its own id ----------------------------------
+def _post_from(port, source, body, token=None, timeout=30):
+    """POST /episodes from the loopback address ``source`` (every 127.x.y.z is this machine): another peer."""
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, source_address=(source, 0), timeout=timeout)
+    try:
+        conn.request("POST", "/episodes", body=json.dumps(body), headers={
+            "Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_half_sent_requests_deny_no_service_and_are_closed_at_their_deadline():
+    """150 connections that send a POST's headers and half its body (no token needed: auth never runs) used to take
+    every connection slot (waitress's 100) until its 120 s idle time-out; a trickle of one byte every 0.5 s never
+    went idle. Now an authorised call goes through at once and the server closes them at the request deadline."""
+    import socket
+
+    s = Serving(token="t0ken-abuse", request_deadline_s=2.0)
+    port = s.server.effective_port
+    half = []
+    try:
+        for _ in range(150):
+            c = socket.create_connection(("127.0.0.1", port), timeout=10)
+            c.sendall(b"POST /episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{\"seed\": ")
+            half.append(c)
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        stop = threading.Event()
+
+        def drip():
+            try:
+                for byte in b"POST /episodes HTTP/1.1\r\nHost: x\r\n" * 10:
+                    if stop.wait(0.5):
+                        return
+                    trickle.sendall(bytes([byte]))
+            except OSError:
+                return  # closed by the server: what the test wants
+
+        dripping = threading.Thread(target=drip, daemon=True)
+        dripping.start()
+        t0 = time.monotonic()
+        r = requests.post(s.url + "/episodes", json={"seed": 1}, headers={"Authorization": "Bearer t0ken-abuse"},
+                          timeout=10)
+        assert r.status_code == 201 and time.monotonic() - t0 < 5, r.text
+        deadline = time.monotonic() + 10
+        for c in [*half, trickle]:
+            c.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                assert c.recv(1) == b""  # closed by the server, not by our time-out
+            except ConnectionResetError:
+                pass
+        assert time.monotonic() < deadline
+        stop.set()
+    finally:
+        for c in half:
+            c.close()
+        s.stop()
+
+
+def test_the_per_client_cap_is_keyed_on_the_peer_address_not_on_a_header():
+    """A client cannot take more than its share by sending a fresh X-Ragen-Client id with each request; another
+    address is another client."""
+    s = Serving(max_client_episodes=2)
+    try:
+        codes = [s.request("POST", "/episodes", {"seed": i}, client=f"id-{i}").status_code for i in range(3)]
+        assert codes == [201, 201, 429], codes
+        assert _post_from(s.server.effective_port, "127.0.0.2", {"seed": 5}) == 201
+        assert _post_from(s.server.effective_port, "127.0.0.2", {"seed": 6}) == 201
+        assert _post_from(s.server.effective_port, "127.0.0.2", {"seed": 7}) == 429
+    finally:
+        s.stop()

@@ -56,3 +56,29 @@ def test_a_crafted_checkpoint_runs_no_code(tmp_path):
     # the same file does run the payload under plain pickle semantics: the test's attack is real
     torch.load(states, weights_only=False)
     assert marker.read_text() == "payload ran"
+
+
+@pytest.mark.parametrize("latest", ["../../../evil_tag", "/etc", "..", "step1/../../../evil_tag", "no_such_step",
+                                    "\x1b[2Jstep1"])
+def test_latest_is_confined_to_the_run_folder(tmp_path, latest):
+    """DeepSpeed follows `latest` wherever it points; a copied run folder's `latest` may name only a checkpoint
+    folder beside it."""
+    run = tmp_path / "run"
+    actor = _engine()
+    checkpoint.save(run, 1, actor, None, {"step": 1, "rng": checkpoint.rng_state()}, keep=2)
+    evil = tmp_path / "evil_tag"
+    evil.mkdir()  # what `../../../evil_tag` reaches from run/checkpoints/actor
+    (run / "checkpoints" / "actor" / "latest").write_text(latest)
+    with pytest.raises(RagenError, match="not a checkpoint folder beside it; refused") as raised:
+        checkpoint.load(run, _engine(), None)
+    assert "\n" not in str(raised.value) and "\x1b" not in str(raised.value)
+
+
+def test_latest_that_is_no_regular_file_is_refused(tmp_path):
+    run = tmp_path / "run"
+    checkpoint.save(run, 1, _engine(), None, {"step": 1, "rng": checkpoint.rng_state()}, keep=2)
+    latest = run / "checkpoints" / "actor" / "latest"
+    latest.unlink()
+    latest.symlink_to("/dev/zero")
+    with pytest.raises(RagenError, match="leads out of|not a regular file"):
+        checkpoint.load(run, _engine(), None)

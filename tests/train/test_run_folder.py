@@ -88,3 +88,27 @@ def test_an_unwritable_run_dir_is_one_line_before_anything_is_built(tmp_path):
     assert res.stderr.strip().splitlines()[-1] == (f"Error: logging.run_dir: cannot create the run folder "
                                                    f"'{blocker}/r': Not a directory")
     assert "Traceback" not in res.stderr and not list(tmp_path.glob("**/tiny-model"))
+
+
+def test_a_secret_on_the_command_line_or_in_a_url_never_reaches_the_run_folder(tmp_path, monkeypatch):
+    """config.yaml redacted `env.options.token=...` but run.json kept the command line verbatim, and a token in a URL's
+    userinfo or query was kept everywhere."""
+    import sys
+
+    import torch
+
+    from ragen.config import RunConfig
+    from ragen.train.provenance import run_info
+
+    url = "http://user:s3cret-b@127.0.0.1:1/?token=s3cret-c&x=1"
+    monkeypatch.setattr(sys, "argv", ["ragen", "run", "--env", "remote", "env.options.token=s3cret-a",
+                                      f"env.options.url={url}", "--api-key", "s3cret-d", "--password=s3cret-e",
+                                      "trainer.steps=1"])
+    info = run_info(RunConfig(), torch.device("cpu"))
+    writer = RunWriter(tmp_path / "run", {"env": {"name": "remote", "options": {"url": url}}}, info=info)
+    writer.close()
+    text = (tmp_path / "run" / "config.yaml").read_text() + (tmp_path / "run" / "run.json").read_text()
+    assert "s3cret" not in text
+    command = json.loads((tmp_path / "run" / "run.json").read_text())["command"]
+    assert "env.options.token=<redacted>" in command and "trainer.steps=1" in command
+    assert "127.0.0.1:1" in command and "x=1" in command  # what is no secret stays readable

@@ -16,13 +16,18 @@ description), the action names, the success key and the episode budget. OpenEnv 
 ``terminated`` unless the observation has its own ``terminated``/``truncated`` booleans (ragen's OpenEnv server sends
 them). A lost connection, a silent server or an error frame raises ``OpenEnvError``: the rollout drops that episode
 and counts it in ``rollout/failed_envs``, as for any env failure.
+
+Nothing the server sends is trusted (docs/security.md): ``/schema`` and ``/metadata`` are read within ``timeout_s``
+for the whole answer and at most ``MAX_ANSWER_BYTES``, a frame is at most that size and nested at most
+``MAX_JSON_DEPTH`` levels, and each answer is checked against its declared type before use (``done`` and the info
+flags are booleans, a reward a finite number within ``MAX_ABS_REWARD``, texts within ``max_observation_chars``,
+action names bounded); a server's error message is clipped and stripped of control characters before it is logged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from typing import Any
 from urllib.parse import urlparse, urlunparse
@@ -30,7 +35,17 @@ from urllib.parse import urlparse, urlunparse
 import attrs
 
 from ragen import TOKEN_ENV, ConfigError, Env, EnvConfig, EnvError, option
-from ragen.serve.net import is_loopback
+from ragen.config.bounded import BoundedReadError, clip, parse_json
+from ragen.serve.net import (
+    MAX_ABS_REWARD,
+    MAX_ACTION_NAME_CHARS,
+    MAX_ACTION_NAMES,
+    MAX_ANSWER_BYTES,
+    MAX_OBSERVATION_CHARS,
+    get_bounded,
+    is_loopback,
+    redact_url,
+)
 
 #: field names preferred when a schema has several text fields (first match wins)
 ACTION_FIELDS = ("action", "message", "text", "command", "content", "code", "answer")
@@ -81,8 +96,13 @@ class OpenEnvConfig(EnvConfig):
     procedural: bool = option(False, "Different seeds give different initial observations (check-env then demands it).")
     pass_split: bool = option(True, "Send ragen's split and rollout_index with each reset (envs that do not take them "
                                     "never see them: OpenEnv passes only the arguments reset() declares).")
-    timeout_s: float = option(60.0, "Seconds to connect and per message; a server silent for longer fails the episode.",
+    timeout_s: float = option(60.0, "Seconds to connect, and for each whole answer (/schema, a frame); a server "
+                                    "slower than that fails the episode.",
                               validator=attrs.validators.gt(0))
+    max_observation_chars: int = option(MAX_OBSERVATION_CHARS,
+                                        "Characters of one observation (and of the instructions) accepted from the "
+                                        "server; a longer one fails the episode instead of filling the prompt.",
+                                        validator=attrs.validators.ge(1))
     allow_unreachable: bool = option(True, "The served env's own rules decide what is solvable; any budget is "
                                            "accepted.")
 
@@ -92,13 +112,14 @@ def endpoints(url: str) -> tuple[str, str]:
     parsed = urlparse(url.strip())
     schemes = {"http": ("http", "ws"), "https": ("https", "wss"), "ws": ("http", "ws"), "wss": ("https", "wss")}
     if parsed.scheme not in schemes or not parsed.netloc:
-        raise ConfigError(f"env.options.url: expected http://HOST:PORT (or https, ws, wss), got {url!r}")
+        raise ConfigError(f"env.options.url: expected http://HOST:PORT (or https, ws, wss), got {redact_url(url)!r}")
     http, ws = schemes[parsed.scheme]
     path = parsed.path.rstrip("/")
     if path.endswith("/ws"):
         path = path[:-3]
-    return (urlunparse((http, parsed.netloc, path, "", "", "")),
-            urlunparse((ws, parsed.netloc, path + "/ws", "", "", "")))
+    netloc = parsed.netloc.rpartition("@")[2]  # credentials travel as the token, never in a URL that gets printed
+    return (urlunparse((http, netloc, path, "", "", "")),
+            urlunparse((ws, netloc, path + "/ws", "", "", "")))
 
 
 def _is_text(prop: Any) -> bool:
@@ -138,7 +159,7 @@ class Connection:
 
         self.where = ws_url
         self.timeout = timeout_s
-        kwargs: dict[str, Any] = {"open_timeout": timeout_s, "max_size": 100 * 1024 * 1024,
+        kwargs: dict[str, Any] = {"open_timeout": timeout_s, "max_size": MAX_ANSWER_BYTES,
                                   "additional_headers": {"Authorization": f"Bearer {token}"} if token else None}
         if is_loopback(urlparse(ws_url).hostname or ""):
             kwargs["proxy"] = None  # never send loopback traffic through a proxy from the environment
@@ -166,19 +187,21 @@ class Connection:
             self.close()
             raise OpenEnvError(f"lost the OpenEnv server at {self.where}: {_why(exc)}") from None
         try:
-            answer = json.loads(raw)
-        except (TypeError, ValueError):
+            answer = parse_json(raw if isinstance(raw, (str, bytes)) else b"", source=f"a frame from {self.where}",
+                                max_bytes=MAX_ANSWER_BYTES)
+        except BoundedReadError as exc:
             self.close()
-            raise OpenEnvError(f"OpenEnv server {self.where} answered a frame that is not JSON") from None
+            raise OpenEnvError(f"OpenEnv server {self.where} answered a frame that is not bounded JSON ({exc})"
+                               ) from None
         if not isinstance(answer, dict):
             raise OpenEnvError(f"OpenEnv server {self.where} answered {type(answer).__name__}, not an object")
         data = answer.get("data")
         if answer.get("type") == "error":
             data = data if isinstance(data, dict) else {}
-            code = str(data.get("code", "UNKNOWN"))
+            code = clip(data.get("code", "UNKNOWN"), 40)
             if code in FATAL_CODES:
                 self.close()
-            raise OpenEnvError(f"OpenEnv server {self.where} answered {code}: {data.get('message', '')}")
+            raise OpenEnvError(f"OpenEnv server {self.where} answered {code}: {clip(data.get('message', ''))}")
         if not isinstance(data, dict):
             raise OpenEnvError(f"OpenEnv server {self.where} answered a {answer.get('type')!r} frame without data")
         return data
@@ -200,26 +223,23 @@ class Connection:
 
 def _why(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"{type(exc).__name__}: {clip(text)}" if text else type(exc).__name__
 
 
 def get_json(base: str, path: str, token: str, timeout_s: float) -> Any:
-    """``GET base+path`` as JSON (stdlib only); raises ``ConfigError`` naming the URL and what went wrong."""
-    import urllib.error
-    import urllib.request
-
+    """``GET base+path`` as JSON, bounded (``ragen.serve.net.get_bounded``: ``timeout_s`` for the whole answer, at
+    most ``MAX_ANSWER_BYTES``); raises ``ConfigError`` naming the URL and what went wrong."""
     url = base + path
-    request = urllib.request.Request(url, headers={"Accept": "application/json",
-                                                   **({"Authorization": f"Bearer {token}"} if token else {})})
-    handlers = [urllib.request.ProxyHandler({})] if is_loopback(urlparse(base).hostname or "") else []
+    headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     try:
-        with urllib.request.build_opener(*handlers).open(request, timeout=timeout_s) as resp:
-            return json.loads(resp.read().decode("utf-8"))
-    except urllib.error.HTTPError as exc:
-        hint = " (env.options.token)" if exc.code in (401, 403) else ""
-        raise ConfigError(f"env.options.url: GET {url} answered {exc.code}{hint}") from None
-    except (OSError, ValueError) as exc:  # refused, time-out, DNS, not JSON
-        raise ConfigError(f"env.options.url: cannot use the OpenEnv server ({url}: {_why(exc)})") from None
+        status, data = get_bounded(url, headers=headers, timeout_s=timeout_s, source=f"GET {url}",
+                                   use_proxy=not is_loopback(urlparse(base).hostname or ""))
+    except BoundedReadError as exc:
+        raise ConfigError(f"env.options.url: cannot use the OpenEnv server ({exc})") from None
+    if status >= 400:
+        hint = " (env.options.token)" if status in (401, 403) else ""
+        raise ConfigError(f"env.options.url: GET {url} answered {status}{hint}")
+    return data
 
 
 def _text(value: Any) -> str:
@@ -228,15 +248,58 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
-def _reward(value: Any) -> float:
-    """OpenEnv rewards are optional: no reward is 0.0; a bool is 0/1."""
+# ---- what the server sends, checked against its declared type before it is used ------------------------------
+# (self-contained: each takes the value and the server's address and returns the checked value or raises)
+def _shown(value: Any) -> str:
+    return clip(repr(value) if not isinstance(value, int) or abs(value) < 10**40 else "a huge integer", 60)
+
+
+def _reward(value: Any, where: str = "the OpenEnv server") -> float:
+    """OpenEnv rewards are optional: no reward is 0.0; otherwise a real number (not a bool) of at most
+    ``MAX_ABS_REWARD`` in absolute value."""
     if value is None:
         return 0.0
-    try:
-        reward = float(value)
-    except (TypeError, ValueError):
-        raise OpenEnvError(f"the OpenEnv server sent a reward that is not a number: {value!r}") from None
-    return reward if math.isfinite(reward) else float("nan")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OpenEnvError(f"{where} sent a reward that is not a number: {_shown(value)}")
+    if not abs(value) <= MAX_ABS_REWARD:  # an integer compares exactly; NaN and infinities compare False
+        raise OpenEnvError(f"{where} sent a reward of {_shown(value)}, beyond +-{MAX_ABS_REWARD:g}")
+    return float(value)
+
+
+def _flag(value: Any, name: str, where: str, default: bool | None = None) -> bool | None:
+    """A boolean field: absent is ``default``; anything but a JSON boolean (``"no"``, ``0``) is refused, never
+    read by truthiness."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise OpenEnvError(f"{where} sent {name}={_shown(value)}, not a boolean")
+    return value
+
+
+def _bounded_text(value: Any, limit: int, what: str, where: str) -> str:
+    """``value`` as the model's text, at most ``limit`` characters (``max_observation_chars``)."""
+    text = _text(value)
+    if len(text) > limit:
+        raise OpenEnvError(f"{where} sent {what} of {len(text)} characters, over "
+                           f"env.options.max_observation_chars={limit}")
+    return text
+
+
+def _sent_names(value: Any, where: str) -> tuple[str, ...]:
+    """Action names the server sends: at most ``MAX_ACTION_NAMES``, each at most ``MAX_ACTION_NAME_CHARS``."""
+    if value is None or value == "" or value == []:
+        return ()
+    if isinstance(value, str) and len(value) > MAX_ACTION_NAMES * (MAX_ACTION_NAME_CHARS + 1):
+        raise OpenEnvError(f"{where} sent action_names of {len(value)} characters; refused")
+    if not isinstance(value, (str, list)):
+        raise OpenEnvError(f"{where} sent action_names that are neither a list nor a string: {_shown(value)}")
+    if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+        raise OpenEnvError(f"{where} sent action_names that are not all strings")
+    names = _names(value[: MAX_ACTION_NAMES + 1] if isinstance(value, list) else value)
+    if len(names) > MAX_ACTION_NAMES or any(len(n) > MAX_ACTION_NAME_CHARS for n in names):
+        raise OpenEnvError(f"{where} sent over {MAX_ACTION_NAMES} action names or one over "
+                           f"{MAX_ACTION_NAME_CHARS} characters; refused")
+    return names
 
 
 class OpenEnvEnv(Env):
@@ -271,9 +334,14 @@ class OpenEnvEnv(Env):
         if not cfg.instructions:
             try:
                 meta = get_json(self.http_base, "/metadata", self.token, cfg.timeout_s)
-                self.description = str(meta.get("description") or "") if isinstance(meta, dict) else ""
+                description = meta.get("description") if isinstance(meta, dict) else None
+                self.description = description if isinstance(description, str) else ""
             except ConfigError:
                 self.description = ""  # /metadata is optional in OpenEnv; instructions stay empty
+            if len(self.description) > cfg.max_observation_chars:
+                raise ConfigError(f"env.options.url: {self.http_base}/metadata sent a description of "
+                                  f"{len(self.description)} characters, over env.options.max_observation_chars="
+                                  f"{cfg.max_observation_chars}; set env.options.instructions")
         self.procedural = bool(cfg.procedural)
         self._conn: Connection | None = None
         self._apply_prompt({})
@@ -282,17 +350,22 @@ class OpenEnvEnv(Env):
     def _apply_prompt(self, sent: dict) -> None:
         cfg = self.config
         sent_instructions = sent.get("instructions")
+        if isinstance(sent_instructions, str):
+            _bounded_text(sent_instructions, cfg.max_observation_chars, "instructions", self.ws_url)
         self.instructions = cfg.instructions or (sent_instructions if isinstance(sent_instructions, str)
                                                  else self.description)
-        names = cfg.action_names or _names(sent.get("action_names") or ())
+        names = cfg.action_names or _sent_names(sent.get("action_names"), self.ws_url)
         self.action_names = list(names) or None
         sep = cfg.action_separator.strip()
         if sep.lower() == "auto":
             sent_sep = sent.get("action_separator", "||")
-            self.action_separator = sent_sep if isinstance(sent_sep, str) and sent_sep else None
+            fits = isinstance(sent_sep, str) and 0 < len(sent_sep) <= MAX_ACTION_NAME_CHARS
+            self.action_separator = sent_sep if fits else None
         else:
             self.action_separator = None if sep.lower() in ("none", "") else sep
         legend = sent.get("symbol_legend")
+        if isinstance(legend, dict) and legend:
+            _bounded_text(legend, cfg.max_observation_chars, "a symbol legend", self.ws_url)
         self.symbol_legend = ({str(k): str(v) for k, v in legend.items()} if isinstance(legend, dict) and legend
                               else None)
 
@@ -308,7 +381,7 @@ class OpenEnvEnv(Env):
         obs, metadata = self._parts(answer)
         self._apply_prompt({k: obs[k] for k in PROMPT_KEYS if k in obs})
         task_id = metadata.get("task_id", obs.get("task_id"))
-        self.task_id = str(task_id) if task_id is not None else f"openenv/s{seed}"
+        self.task_id = clip(task_id, 200) if task_id is not None else f"openenv/s{seed}"
         info = {k: v for k, v in metadata.items() if k not in ("task_id", "seed", "split")}
         return self._obs_text(obs), info
 
@@ -317,19 +390,22 @@ class OpenEnvEnv(Env):
             raise OpenEnvError(f"the OpenEnv session at {self.ws_url} is gone; the episode cannot go on")
         answer = self._conn.call({"type": "step", "data": {self.action_field: action}})
         obs, metadata = self._parts(answer)
-        done = bool(answer.get("done", False))
-        terminated, truncated = obs.get("terminated"), obs.get("truncated")
-        if isinstance(terminated, bool) and isinstance(truncated, bool):
+        where = f"OpenEnv server {self.ws_url}"
+        done = _flag(answer.get("done"), "done", where, default=False)
+        terminated = _flag(obs.get("terminated"), "terminated", where)
+        truncated = _flag(obs.get("truncated"), "truncated", where)
+        if terminated is not None and truncated is not None:
             done = done or terminated or truncated
         else:
             terminated, truncated = done, False
         info = dict(metadata)
         key = self.config.success_key
         won = obs.get(key, metadata.get(key, False)) if key else False
-        info["success"] = bool(won)
-        info["action_is_valid"] = bool(metadata.get("action_is_valid", True))
-        info["action_is_effective"] = bool(metadata.get("action_is_effective", True))
-        text, reward = self._obs_text(obs), _reward(answer.get("reward"))
+        info["success"] = _flag(won, key or "success", where, default=False)
+        info["action_is_valid"] = _flag(metadata.get("action_is_valid"), "action_is_valid", where, default=True)
+        info["action_is_effective"] = _flag(metadata.get("action_is_effective"), "action_is_effective", where,
+                                            default=True)
+        text, reward = self._obs_text(obs), _reward(answer.get("reward"), where)
         if terminated or truncated:
             self._drop()  # the episode is over: free the server's session slot now, not at the next reset
         return text, reward, bool(terminated), bool(truncated), info
@@ -344,8 +420,9 @@ class OpenEnvEnv(Env):
     def _obs_text(self, obs: dict) -> str:
         if self.observation_field not in obs:
             raise OpenEnvError(f"the observation has no field {self.observation_field!r} "
-                               f"(fields: {', '.join(obs)}); set env.options.observation_field")
-        return _text(obs[self.observation_field])
+                               f"(fields: {clip(', '.join(obs))}); set env.options.observation_field")
+        return _bounded_text(obs[self.observation_field], self.config.max_observation_chars, "an observation",
+                             f"OpenEnv server {self.ws_url}")
 
     def state(self) -> dict:
         """The server's ``state`` of the current session (OpenEnv's State: episode_id, step_count, env fields)."""
