@@ -75,6 +75,7 @@ class ResolvedRun:
 def resolve_preset(cfg: Any) -> AlgorithmPreset:
     """The algorithm preset named by ``algo.name`` with ``algo.options`` applied on top."""
     from ragen import config as config_mod
+    from ragen.plugins.components import check_preset
     from ragen.plugins.loader import get_registry
 
     item = get_registry("algorithm").get(cfg.algo.name)
@@ -82,6 +83,7 @@ def resolve_preset(cfg: Any) -> AlgorithmPreset:
     if cfg.algo.options:
         data = {**config_mod.converter.unstructure(preset), **cfg.algo.options}
         preset = config_mod.structure(AlgorithmPreset, data, path="algo.options")
+    check_preset(cfg.algo.name, preset, item.dist)  # every missing part named now, not the first one at run time
     return preset
 
 
