@@ -270,7 +270,9 @@ def get_registry(kind: str) -> Registry:
         raise UnknownNameError("component kind", kind, KINDS)
     _load_entry_points()
     if kind not in _state.registries:
-        for each in KINDS:  # registration is cheap (no component is built); a hook that reads a registry re-enters
+        # the kind asked for first (its refusals are the ones reported), then every other; registration is cheap (no
+        # component is built), and a hook that reads a registry re-enters here
+        for each in (kind, *(k for k in KINDS if k != kind)):
             if each not in _state.registries:
                 _fill(each, _state.registries.setdefault(each, Registry(each)))
     return _state.registries[kind]
