@@ -316,7 +316,7 @@ class TrainerSection:
         10,
         "A run of fewer steps is a short run (a smoke test, a first try): its validations play at most "
         f"{SHORT_RUN_EVAL} groups per env and its greedy passes before and after RL at most {SHORT_RUN_EVAL} "
-        "levels, so a 3-step run takes a minute or two on CPU instead of the full passes' many (they would measure "
+        "levels, so a 3-step run spends its time in its steps, not in 640 evaluation episodes (which would measure "
         "nothing a few steps could change). From this many steps on, rollout.n_val_groups, env.val's n_groups and "
         "rollout.n_paired_levels apply in full: the main job (60 steps) keeps its 64 validation levels and 256 "
         "greedy levels. config.yaml records the sizes played. 0 = always in full.",

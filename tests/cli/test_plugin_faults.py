@@ -2,6 +2,7 @@
 listed and refused at run start naming every missing part; a plugin refused whole for a name clash in one hook is
 refused in every command, whichever hooks that command reads."""
 
+import json
 import os
 import subprocess
 import textwrap
@@ -108,13 +109,23 @@ def test_a_misspelt_estimator_option_names_the_preset_with_a_suggestion(site, tm
             "mean 'grpo'?)") in res.stderr
 
 
-@pytest.mark.parametrize("command", [["envs"], ["envs", "--json"], ["plugins", "--json"]])
-def test_a_plugin_refused_in_its_algorithm_hook_is_absent_from_every_listing(site, command):
+@pytest.mark.parametrize("command", [["envs"], ["envs", "--json"]])
+def test_a_plugin_refused_in_its_algorithm_hook_is_absent_from_the_env_listings(site, command):
     res = ragen(site, *command)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "intruder-walk" not in res.stdout
     assert "warning: ragen plugin 'ragen-intruder' is broken and was skipped: it registers the algorithm 'grpo', " \
            "which belongs to 'ragen-algos'" in res.stderr
+
+
+def test_plugins_lists_the_refused_plugin_as_broken_with_none_of_its_components(site):
+    res = ragen(site, "plugins", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(res.stdout)
+    assert not any(p["distribution"] == "ragen-intruder" for p in data["plugins"])
+    assert not any("intruder-walk" in names for p in data["plugins"] for names in p["components"].values())
+    broken = {b["distribution"]: b["error"] for b in data["broken"]}
+    assert broken["ragen-intruder"].startswith("it registers the algorithm 'grpo', which belongs to 'ragen-algos'")
 
 
 def test_check_env_refuses_an_env_of_a_refused_plugin(site):
