@@ -7,6 +7,7 @@ import attrs
 import pytest
 from conftest import ROOT
 
+from ragen import Env
 from ragen.config import RunConfig
 from ragen.contract import hookspecs
 
@@ -76,6 +77,11 @@ API_CLASSES = [cls for _, _, classes in api_docs.SECTIONS for cls in classes if 
 API_FUNCTIONS = [fn for _, _, items in api_docs.SECTIONS for fn in items if not isinstance(fn, type)]
 
 
+def undocumented(cls) -> list[str]:
+    """The members of ``cls`` that docs/api.md would list without a meaning."""
+    return [name for name, _, doc in api_docs.members(cls) if not doc.strip()]
+
+
 @pytest.mark.parametrize("cls", API_CLASSES, ids=lambda c: c.__name__)
 def test_api_class_public_and_every_member_documented(cls):
     import ragen
@@ -83,11 +89,65 @@ def test_api_class_public_and_every_member_documented(cls):
     assert getattr(ragen, cls.__name__, None) is cls and cls.__name__ in ragen.__all__, (
         f"ragen does not export {cls.__name__}"
     )
+    check_documented(cls)
+
+
+def check_documented(cls) -> None:
     assert (cls.__doc__ or "").strip(), f"{cls.__name__} has no docstring"
-    members = api_docs.members(cls)
-    assert members, f"{cls.__name__}: nothing to document"
-    for name, _, doc in members:
-        assert doc.strip(), f"{cls.__name__}.{name} has no docstring (attrs fields: ragen.option(default, 'doc'))"
+    assert api_docs.members(cls), f"{cls.__name__}: nothing to document"
+    assert not undocumented(cls), (
+        f"{cls.__name__}: {undocumented(cls)} have no docstring (attrs fields: ragen.option(default, 'doc'); Env "
+        "attributes: a '#:' comment above the assignment)"
+    )
+
+
+#: the Env members plugin authors asked about, each a row of docs/api.md's Env table
+ENV_MEMBERS = ("action_names", "instructions", "symbol_legend", "action_separator", "procedural", "deterministic",
+               "step_cost", "reset_options", "episode_weight", "concurrency", "canonical_action", "validate_action",
+               "split_actions", "potential", "noise_rng", "expert", "task_id", "_reset", "_step", "_close")
+
+
+def test_the_env_table_lists_every_member_a_plugin_may_use():
+    """Every public member of an Env instance that gymnasium.Env does not have, the methods to implement, and the
+    members authors asked about are rows of the generated table, each with a meaning."""
+    import gymnasium
+
+    import ragen
+
+    listed = {name for name, _, _ in api_docs.members(ragen.Env)}
+    public = {n for n in dir(ragen.Env()) if not n.startswith("_")} - set(dir(gymnasium.Env))
+    assert public <= listed, f"Env members missing from docs/api.md: {sorted(public - listed)}"
+    assert set(ENV_MEMBERS) <= listed
+    text = (ROOT / "docs" / "api.md").read_text()
+    for name in ENV_MEMBERS:
+        assert f"| `{name}` |" in text, f"docs/api.md has no row for Env.{name}"
+
+
+class _Probe(Env):
+    """An Env subclass with a documented attribute and undocumented members of every kind."""
+
+    #: a member with its meaning
+    documented_flag: bool = True
+    undocumented_flag: bool = False
+
+    def __init__(self, config=None, render_mode="ansi"):
+        super().__init__(config, render_mode)
+        self.undocumented_dial = 0.5
+        self._private = 1  # not a plugin's concern: never listed
+
+    def undocumented_method(self):
+        return 1
+
+
+def test_an_undocumented_env_member_fails_the_meta_test():
+    """The check above on an Env subclass: its undocumented class attribute, attribute set in __init__ and method
+    are named (and Env's own members stay documented), so a member added to Env without a doc fails it."""
+    names = {name for name, _, _ in api_docs.members(_Probe)}
+    assert {"documented_flag", "undocumented_flag", "undocumented_dial", "undocumented_method", "action_names"} <= names
+    assert "_private" not in names
+    assert sorted(undocumented(_Probe)) == ["undocumented_dial", "undocumented_flag", "undocumented_method"]
+    with pytest.raises(AssertionError, match="'undocumented_flag'"):
+        check_documented(_Probe)
 
 
 @pytest.mark.parametrize("fn", API_FUNCTIONS, ids=lambda f: f.__name__)

@@ -85,10 +85,16 @@ def algos(as_json: bool) -> None:
     """List algorithm presets (--algo) and the estimators, filters and shapers they combine, with their settings."""
     import attrs
 
+    from ragen.plugins.components import missing_parts
     from ragen.plugins.loader import get_registry
 
     presets = {c.name: {k: tuple_as_list(v) for k, v in attrs.asdict(c.factory).items()} | {"distribution": c.dist}
                for c in get_registry("algorithm")}
+    for c in get_registry("algorithm"):  # resolved when listed: a preset that cannot run says so now
+        missing = missing_parts(c.factory)
+        if missing:
+            click.echo(f"warning: preset {c.name!r} of {c.dist} names components that are not registered: "
+                       f"{', '.join(missing)}; `ragen run --algo {c.name}` fails until they are", err=True)
     comps = {kind: {c.name: {"description": c.description, "distribution": c.dist, "settings": _component_settings(c)}
                     for c in get_registry(kind)} for kind in ("estimator", "filter", "shaper")}
     if as_json:

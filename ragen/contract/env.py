@@ -168,13 +168,24 @@ class EpisodeWeight:
 
 
 class Env(gymnasium.Env):
-    """Base class of every ragen environment: text observations, text actions, a config, an optional expert."""
+    """Base class of every ragen environment: text observations, text actions, a config, an optional expert.
 
+    A plugin's env implements ``_reset`` and ``_step`` (and ``_close`` when it holds resources), sets the attributes
+    the prompt is built from in ``__init__`` (``instructions``, ``action_names``, ``symbol_legend``, ``expert``) and
+    overrides class attributes where its env differs from the defaults. The table lists every member a plugin sets,
+    overrides or calls; gymnasium's own (``np_random``, ``unwrapped``, ...) work as in gymnasium."""
+
+    #: gymnasium's render metadata: ragen envs render text (``render()`` is the last observation)
     metadata: ClassVar[dict] = {"render_modes": ["ansi"], "render_fps": 4}
+    #: the env's config class (an ``EnvConfig`` subclass with its own fields); registration uses it when
+    #: ``register(...)`` names no ``config=``
     config_cls: ClassVar[type[EnvConfig]] = EnvConfig
-    #: False for envs with stochastic transitions: the checker then does not demand that every expert episode wins
+    #: False for envs with stochastic transitions (draw the noise from ``noise_rng()``): then ``ragen check-env`` does
+    #: not demand that every expert episode wins
     deterministic: bool = True
-    #: False for data-backed envs whose initial states may repeat across seeds
+    #: whether different seeds give different initial states; ``ragen check-env``'s determinism check demands at least
+    #: two distinct initial observations when it is True. Set it False for data-backed envs whose instances may repeat
+    #: across seeds and for a variant with one fixed instance (a single task, a fixed board), or the check fails
     procedural: bool = True
     #: what one open episode holds on the machine serving it (``ragen serve-env`` caps and admits episodes by it):
     #: envs that start a process per instance declare it (``EpisodeWeight``)
@@ -192,22 +203,40 @@ class Env(gymnasium.Env):
     #: ``success_gate`` on ``auto`` their all-fail groups are left out of group-relative updates (docs/algorithms.md,
     #: "The step cost cannot be farmed")
     step_cost: ClassVar[float] = 0.0
-
+    #: the text that separates several actions in one answer (``split_actions`` splits on it; the prompt names
+    #: " || "); None: each answer is one action
     action_separator: str | None = "||"
 
     def __init__(self, config: EnvConfig | None = None, render_mode: str | None = "ansi"):
-        self.config = config if config is not None else self.config_cls()
-        self.render_mode = render_mode
-        self.observation_space = TextSpace()
-        self.action_space = TextSpace(max_length=200)
+        #: the live config (``config_cls``, options applied): build the instance from it, never from the defaults
+        self.config: EnvConfig = config if config is not None else self.config_cls()
+        #: gymnasium's render mode, "ansi"
+        self.render_mode: str | None = render_mode
+        #: any text (``TextSpace``)
+        self.observation_space: TextSpace = TextSpace()
+        #: any text up to 200 characters (``TextSpace``); the core sends one primitive action per ``step``
+        self.action_space: TextSpace = TextSpace(max_length=200)
+        #: the registered variant name (``make_env`` sets it; default the class name); metrics are keyed by it
         self.name: str = getattr(self, "name", type(self).__name__)
+        #: the task described to the model, first in the system prompt (built from the live config)
         self.instructions: str = ""
+        #: the primitive actions as the model writes them, listed in the prompt; with them ``validate_action`` and
+        #: ``canonical_action`` match case-insensitively. None: free text (the env judges each action)
         self.action_names: list[str] | None = None
+        #: observation symbol -> meaning, listed in the full prompt (e.g. ``{"P": "you", "G": "goal"}``); None: none
         self.symbol_legend: dict[str, str] | None = None
+        #: the oracle policy (``ragen.Expert``) for ``ragen check-env``, the warm start and the expert engine; None:
+        #: no expert (no warm start, no expert checks)
         self.expert: Expert | None = None
+        #: the seed of the current episode (set by ``reset`` before ``_reset`` runs)
         self.current_seed: int | None = None
-        self.split = "train"
-        self.rollout_index = 0
+        #: "train", "val" or "test", from ``reset(options={"split": ...})`` (set before ``_reset`` runs): a dataset env
+        #: picks the matching part, a procedural one may ignore it
+        self.split: str = "train"
+        #: which member of a group plays this episode (``reset(options={"rollout_index": ...})``); ``noise_rng`` seeds
+        #: by it so members of one group see different transition noise
+        self.rollout_index: int = 0
+        #: the current instance's id, set by ``_reset`` (e.g. ``"corridor/7/s123"``); returned in the reset info
         self.task_id: str | None = None
         self._last_obs: str | None = None
         self._done = False
@@ -220,6 +249,9 @@ class Env(gymnasium.Env):
         raise NotImplementedError
 
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        """Apply one primitive action (stripped text, already accepted by ``validate_action``): ``(observation,
+        reward, terminated, truncated, info)`` with the info bools ``success``, ``action_is_valid`` and
+        ``action_is_effective``. Text the env cannot apply is a no-op with ``action_is_valid`` False, never a crash."""
         raise NotImplementedError
 
     def _close(self) -> None:
@@ -227,6 +259,9 @@ class Env(gymnasium.Env):
 
     # ---- the contract -------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        """Start an episode (the core calls it; do not override): seeds gymnasium's RNG, takes ``split`` and
+        ``rollout_index`` from ``options``, refuses keys outside ``reset_options``, calls ``_reset`` and adds
+        ``task_id``, ``seed`` and ``split`` to its info."""
         super().reset(seed=seed)
         if seed is None:  # a derived seed keeps `reset()` after `reset(seed=s)` deterministic (gymnasium checks it)
             seed = int(self.np_random.integers(0, 2**31 - 1))
@@ -245,6 +280,8 @@ class Env(gymnasium.Env):
         return obs, {"task_id": self.task_id, "seed": self.current_seed, "split": self.split, **info}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        """One primitive action (the core calls it; do not override): ``_step`` on the stripped text, its info bools
+        checked; ``RuntimeError`` before ``reset`` and after the episode ended."""
         if self._last_obs is None:
             raise RuntimeError(f"{self.name}: call reset() before step()")
         if self._done:
@@ -261,6 +298,7 @@ class Env(gymnasium.Env):
         return obs, float(reward), bool(terminated), bool(truncated), info
 
     def render(self) -> str | None:
+        """The last observation (None before the first ``reset``)."""
         return self._last_obs
 
     def potential(self) -> float | None:
@@ -274,6 +312,7 @@ class Env(gymnasium.Env):
         return None
 
     def close(self) -> None:
+        """Release the env (idempotent: ``_close`` runs once). The core closes every instance it made."""
         if not self._closed:
             self._closed = True
             self._close()
@@ -281,28 +320,38 @@ class Env(gymnasium.Env):
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` has run."""
         return self._closed
 
     def validate_action(self, text: str) -> bool:
-        """Syntactic check run by the core before execution: with ``action_names``, a case-insensitive match."""
+        """Syntactic check the core runs on each piece of ``split_actions`` before executing it: with
+        ``action_names``, a case-insensitive match; without, any text. A rejected piece is not executed, uses no
+        budget and costs the turn's format penalty. Override it for free-text actions with a syntax (an equation, a
+        coordinate)."""
         if self.action_names is None:
             return True
         return text.strip().lower() in {a.lower() for a in self.action_names}
 
     def split_actions(self, answer: str) -> list[str]:
-        """Split an answer into primitive actions on ``action_separator``, dropping empty pieces."""
+        """The primitive actions of one answer (the parser's answer text, verbatim): split on ``action_separator``,
+        stripped, empty pieces dropped; the core keeps the first ``max_actions_per_turn``. Override it for answers
+        that are not separator-joined actions."""
         if self.action_separator is None:
             return [answer.strip()] if answer.strip() else []
         return [p.strip() for p in answer.split(self.action_separator) if p.strip()]
 
     def noise_rng(self) -> np.random.Generator:
-        """Generator for transition noise: seeded by (seed, rollout_index), or by seed alone when noise='shared'."""
+        """A generator for transition noise (slips, random opponents): seeded by (seed, rollout_index), or by seed
+        alone when the config says ``noise="shared"``. Draw from it, never from a global RNG, so episodes replay
+        exactly. Each call starts the sequence anew: make one per episode in ``_reset``."""
         if self.config.noise == "shared":
             return np.random.default_rng([self.current_seed, 0x5EED])
         return np.random.default_rng([self.current_seed, self.rollout_index, 0x5EED])
 
     def canonical_action(self, text: str) -> str | None:
-        """The action name matching ``text`` case-insensitively, or None."""
+        """The entry of ``action_names`` that ``text`` names, case-insensitively and ignoring surrounding whitespace,
+        or None (always None without ``action_names``). ``_step`` uses it to read the action the model wrote
+        (``"left"`` -> ``"Left"``); the core uses it to compare actions with the expert's ``optimal_actions``."""
         for name in self.action_names or ():
             if name.lower() == text.strip().lower():
                 return name

@@ -75,6 +75,7 @@ class ResolvedRun:
 def resolve_preset(cfg: Any) -> AlgorithmPreset:
     """The algorithm preset named by ``algo.name`` with ``algo.options`` applied on top."""
     from ragen import config as config_mod
+    from ragen.plugins.components import check_preset
     from ragen.plugins.loader import get_registry
 
     item = get_registry("algorithm").get(cfg.algo.name)
@@ -82,6 +83,7 @@ def resolve_preset(cfg: Any) -> AlgorithmPreset:
     if cfg.algo.options:
         data = {**config_mod.converter.unstructure(preset), **cfg.algo.options}
         preset = config_mod.structure(AlgorithmPreset, data, path="algo.options")
+    check_preset(cfg.algo.name, preset, item.dist)  # every missing part named now, not the first one at run time
     return preset
 
 
@@ -96,11 +98,30 @@ def env_parsers(plan: list[Planned] | tuple[Planned, ...]) -> dict[str, tuple[An
     return out
 
 
+def scaled_to_run(cfg: Any) -> Any:
+    """``cfg`` with a short run's validation and greedy passes cut to ``SHORT_RUN_EVAL`` groups (per env) and levels:
+    a run of fewer than ``trainer.short_run_steps`` steps (the field's doc says why). A config it already cut (a
+    resumed run's config.yaml) comes back unchanged."""
+    from ragen.config.schema import SHORT_RUN_EVAL
+
+    t, r = cfg.trainer, cfg.rollout
+    if not t.short_run_steps or t.steps >= t.short_run_steps:
+        return cfg
+    cap = SHORT_RUN_EVAL
+    rollout = attrs.evolve(r, n_val_groups=min(r.n_val_groups, cap), n_paired_levels=min(r.n_paired_levels, cap))
+    val = tuple(attrs.evolve(e, n_groups=min(e.n_groups, cap)) for e in cfg.env.val)
+    if rollout == r and val == tuple(cfg.env.val):
+        return cfg
+    return attrs.evolve(cfg, rollout=rollout, env=attrs.evolve(cfg.env, val=val))
+
+
 def resolve_run(cfg: Any) -> ResolvedRun:
-    """Check ``cfg``'s env lists (unknown names with a did-you-mean, each env's options) and resolve the run."""
+    """Check ``cfg``'s env lists (unknown names with a did-you-mean, each env's options) and resolve the run (a short
+    run's validation and greedy passes cut first, ``scaled_to_run``)."""
     from ragen.plugins.components import component_config, make_component, parser_thinks
     from ragen.plugins.loader import get_registry
 
+    cfg = scaled_to_run(cfg)
     train, val = map(tuple, check_plan(cfg))
     envs = {p.name: get_registry("env").get(p.name) for p in train}
     r = cfg.rollout

@@ -85,6 +85,33 @@ def preset_with(preset: Any, options: dict, path: str = "algo.options") -> Any:
     return out
 
 
+def missing_parts(preset: Any) -> list[str]:
+    """The components an ``AlgorithmPreset`` names that no loaded plugin registered, each as ``estimator 'x'`` (with
+    the closest registered name, when one is close): all of them, so one fix covers every part."""
+    import difflib
+
+    named = [("estimator", "estimator", preset.estimator), ("filter", "filter", preset.filter)]
+    if preset.pre_filter:
+        named.append(("pre_filter", "filter", preset.pre_filter))
+    named += [("shaper", "shaper", name) for name in preset.shapers]
+    out = []
+    for label, kind, name in named:
+        known = get_registry(kind).names()
+        if name not in known:
+            close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+            out.append(f"{label} {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return out
+
+
+def check_preset(name: str, preset: Any, dist: str) -> None:
+    """A ``ConfigError`` naming the preset and every component it names that is not registered."""
+    missing = missing_parts(preset)
+    if missing:
+        raise ConfigError(f"algo.name: the preset {name!r} of {dist} names components that are not registered: "
+                          f"{', '.join(missing)} (`ragen algos` lists the registered ones; a plugin that provides "
+                          "them may be missing or broken: `ragen plugins`)")
+
+
 def list_components(kind: str) -> list[Component]:
     """Registered components of ``kind`` with their providing distribution."""
     return list(get_registry(kind))

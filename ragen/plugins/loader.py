@@ -1,10 +1,10 @@
 """Plugin discovery: entry points of group ``ragen``, loaded lazily, broken ones reported, not fatal.
 
 Nothing here runs at ``import ragen``. The first call to ``get_registry(kind)`` loads every allowed entry
-point (once), then calls that kind's registration hook on every plugin (once per kind). A plugin that fails
-to import, whose hook implementations match no hook spec, or whose ``register`` calls are bad, is recorded
-in ``broken_plugins()`` and announced with a ``PluginWarning`` naming its distribution; its names are simply
-absent and the other plugins keep working.
+point (once), then calls every registration hook on every plugin (once per kind, all kinds at once, so a refusal is
+the same in every command). A plugin that fails to import, whose hook implementations match no hook spec, or whose
+``register`` calls are bad, is recorded in ``broken_plugins()`` and announced with a ``PluginWarning`` naming its
+distribution; its names are simply absent and the other plugins keep working.
 
 ``RAGEN_LOAD_PLUGINS`` (comma-separated distribution or entry-point names) restricts which entry points load;
 set it to the empty string to load none. A list that names plugins also loads ``ragen-algos`` (the algorithms the
@@ -268,15 +268,19 @@ def _fill(kind: str, reg: Registry) -> None:
 
 
 def get_registry(kind: str) -> Registry:
-    """The registry of ``kind`` (one of ``KINDS``), filling it from the plugins on first use."""
+    """The registry of ``kind`` (one of ``KINDS``), filling every registry from the plugins on first use: a plugin
+    refused whole by one hook (a name clash in its algorithms) is then refused in every command, whichever kinds that
+    command reads (``ragen envs`` and ``check-env`` read only envs)."""
     if kind not in KINDS:
         raise UnknownNameError("component kind", kind, KINDS)
     _load_entry_points()
-    reg = _state.registries.get(kind)
-    if reg is None:
-        reg = _state.registries[kind] = Registry(kind)
-        _fill(kind, reg)
-    return reg
+    if kind not in _state.registries:
+        # the kind asked for first (its refusals are the ones reported), then every other; registration is cheap (no
+        # component is built), and a hook that reads a registry re-enters here
+        for each in (kind, *(k for k in KINDS if k != kind)):
+            if each not in _state.registries:
+                _fill(each, _state.registries.setdefault(each, Registry(each)))
+    return _state.registries[kind]
 
 
 def loaded_plugins() -> list[PluginInfo]:

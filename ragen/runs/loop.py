@@ -83,7 +83,8 @@ def _initial_model(run: ResolvedRun, run_dir: Path, resume: bool) -> tuple[Path 
         return (path if (path / "config.json").is_file() else None), {}
     if not warmstart.applies(run.cfg):
         return None, {}
-    metrics = warmstart.prepare(run, run_dir)[1] if dp.is_main() else {}
+    with interrupt.phase("the warm start (the validation and the greedy pass before RL follow it)"):
+        metrics = warmstart.prepare(run, run_dir)[1] if dp.is_main() else {}
     dp.barrier()
     return path, metrics
 
@@ -98,9 +99,15 @@ def _start(trainer: Trainer, resumed: bool, warm_metrics: dict) -> None:
         log.info("run_resumed", run_dir=str(run_dir), step=start)
         return
     log.info("run_started", run_dir=str(run_dir), env=trainer.run.label, algo=cfg.algo.name, model=cfg.model.name)
+    if cfg.trainer.steps < cfg.trainer.short_run_steps:  # resolve_run cut its passes (ragen/envs/resolved.py)
+        log.info("short_run", steps=cfg.trainer.steps, short_run_steps=cfg.trainer.short_run_steps,
+                 validation_groups=sum(p.n_groups for p in trainer.run.val_plan),
+                 greedy_levels=cfg.rollout.n_paired_levels, note="trainer.short_run_steps=0 plays them in full")
     if warm_metrics:
         trainer.writer.metrics(0, warm_metrics)
-    val = trainer.validate()
+    paired = " (the greedy pass before RL follows it)" if cfg.rollout.n_paired_levels else ""
+    with interrupt.phase(f"the validation before RL{paired}"):
+        val = trainer.validate()
     trainer.early_stop.after_validation(val)
     trainer.writer.metrics(0, {**val, **_paired_before(trainer)})
 
@@ -118,16 +125,19 @@ def run_steps(trainer: Trainer) -> None:
             if dp.all_reduce_sum([float(interrupt.requested())])[0]:  # every rank stops after the same step
                 trainer.interrupted = True
                 break
-            res = trainer.step()
+            with interrupt.phase(f"the current training step (step {trainer.step_idx + 1} of {cfg.steps})"):
+                res = trainer.step()
             step = trainer.step_idx
             out_of_time = bool(cfg.max_steps_wall_s) and time.perf_counter() - t_start > cfg.max_steps_wall_s
             stop = res.stop_reason
             if step == cfg.steps or out_of_time or stop or (cfg.test_freq and step % cfg.test_freq == 0):
-                res.metrics.update(trainer.validate())
+                with interrupt.phase(f"the validation after step {step}"):
+                    res.metrics.update(trainer.validate())
                 stop = stop or trainer.early_stop.after_validation(res.metrics)
             last = bool(stop or out_of_time or step == cfg.steps)
             if last and trainer.cfg.rollout.n_paired_levels:  # in the last step's row, so rows[-1] stays a step's row
-                res.metrics.update(_paired_after(trainer))
+                with interrupt.phase("the greedy paired pass (after RL)"):
+                    res.metrics.update(_paired_after(trainer))
             trainer.writer.metrics(step, res.metrics)
             if watch is not None:
                 watch.warn(step, res.metrics)
@@ -164,7 +174,9 @@ def _finish(trainer: Trainer) -> None:
     """Export the final model, unless Ctrl-C stopped the run; a run ended by non-finite updates then fails in one
     line."""
     if trainer.interrupted:  # checkpointed, not exported: the run is unfinished
-        raise Interrupted(f"interrupted after step {trainer.step_idx}; checkpoint saved, continue with "
+        during = interrupt.during() or ""
+        where = "" if during.startswith("the current training step") or not during else f"during {during}, "
+        raise Interrupted(f"interrupted {where}after step {trainer.step_idx}; checkpoint saved, continue with "
                           f"`ragen run --resume {trainer.run_dir}`")
     final = trainer.export()
     if trainer.updater.fatal:  # checkpointed and exported: now the one-line error and a non-zero exit
@@ -181,7 +193,8 @@ def _paired_before(trainer: Trainer) -> dict:
     where the pass after RL reads them back (a resumed run included)."""
     if not trainer.cfg.rollout.n_paired_levels:
         return {}
-    m, trajs = trainer.paired_validate("before")
+    with interrupt.phase("the greedy paired pass (before RL)"):
+        m, trajs = trainer.paired_validate("before")
     log.info("paired_before", levels=len(trajs), success=m.get("success"))
     return {"paired/success_before": m.get("success", 0.0),
             **{f"paired/{k}_before": m[k] for k in _PAIRED_STATE if k in m}}

@@ -30,6 +30,7 @@ def run_summary(run_dir: str | Path) -> dict:
     after = next((r for r in reversed(vals) if r["step"] > 0), None)
     warm = next((r for r in rows if "sft/demo_success" in r), {})
     steps = max((r["step"] for r in rows), default=0)
+    step_rows = [r for r in rows if r["step"] > 0 and "timing/step_s" in r]
     out: dict = {
         "run_dir": str(run_dir),
         "steps": steps,
@@ -39,6 +40,7 @@ def run_summary(run_dir: str | Path) -> dict:
         "demo_success": warm.get("sft/demo_success"),
         "first_step_valid_format_rate": next((r.get("rollout/valid_format_rate") for r in rows if r["step"] == 1),
                                              None),
+        "updates": _updates(step_rows, Path(run_dir)),
     }
     for name, row in (("before", before), ("after", after)):
         if row is not None:
@@ -56,6 +58,37 @@ def run_summary(run_dir: str | Path) -> dict:
     return out
 
 
+def _updates(step_rows: list[dict], run_dir: Path) -> dict:
+    """How many steps updated the policy, and why the others did not: the success gate left every group out, the
+    filters did, or a non-finite loss skipped the update (the step's metrics say which)."""
+    gate = sum(bool(r.get("rollout/success_gate_empty")) for r in step_rows if "actor/pg_loss" not in r)
+    filtered = sum(bool(r.get("rollout/empty_after_filter")) for r in step_rows if "actor/pg_loss" not in r)
+    updated = sum("actor/pg_loss" in r for r in step_rows)
+    return {"steps": len(step_rows), "updated": updated, "gate": gate, "filtered": filtered,
+            "skipped": len(step_rows) - updated - gate - filtered, "filter": _filter_name(run_dir)}
+
+
+def _filter_name(run_dir: Path) -> str:
+    """The run's filters as config.yaml names them ("top-p", "top-p after zero-variance")."""
+    from ragen.config import read_file
+
+    try:
+        options = read_file(run_dir / "config.yaml")["algo"]["options"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return "?"
+    pre = options.get("pre_filter")
+    return str(options.get("filter", "?")) + (f" after {pre}" if pre else "")
+
+
+def _updates_line(u: dict) -> str:
+    n = u["steps"]
+    why = [(u["filtered"], f"every group was filtered out (filter {u['filter']})"),
+           (u["gate"], "no group had a success, so the success gate left every group out (algo.options.success_gate)"),
+           (u["skipped"], "a non-finite loss or gradient skipped the update")]
+    parts = [what if k == n else f"in {k}, {what}" for k, what in why if k]
+    return f"  {u['updated']} of {n} steps updated the policy" + (": " + "; ".join(parts) if parts else "")
+
+
 def _pct(p: float | None) -> str:
     return "-" if p is None else f"{100 * p:.1f}%"
 
@@ -68,6 +101,8 @@ def format_summary(s: dict) -> str:
                      f"the demonstrations' own success {_pct(s['demo_success'])}")
     lines.append(f"  RL: {s['steps']} steps in {s['rl_time_s'] / 60:.1f} min; valid format at step 1: "
                  f"{_pct(s['first_step_valid_format_rate'])}")
+    if s.get("updates", {}).get("steps"):
+        lines.append(_updates_line(s["updates"]))
     for name, label in (("before", "before RL"), ("after", "after RL ")):
         v = s.get(name)
         if v is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class GracefulInterrupt:
@@ -19,6 +21,7 @@ class GracefulInterrupt:
 
     def __init__(self, what: str = "the current step"):
         self.what, self.requested, self.saved, self._previous = what, False, False, None
+        self.during: str | None = None  # what was running at the first Ctrl-C (``phase``)
 
     def __enter__(self) -> GracefulInterrupt:
         global _active
@@ -46,13 +49,33 @@ class GracefulInterrupt:
             return
         if self.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested, self.during = True, self.what
         # a plain line, not a log event, written around any progress bar (tqdm.write)
         tqdm.write(f"interrupt: finishing {self.what}, then saving (Ctrl-C again stops at once, losing it)",
                    file=sys.stderr)
 
 
 _active: GracefulInterrupt | None = None
+
+
+@contextmanager
+def phase(what: str) -> Iterator[None]:
+    """Within the block, a first Ctrl-C says it is finishing ``what`` (e.g. "the greedy paired pass (after RL)")
+    rather than the default of the active ``GracefulInterrupt``; nothing without one."""
+    active = _active
+    if active is None:
+        yield
+        return
+    previous, active.what = active.what, what
+    try:
+        yield
+    finally:
+        active.what = previous
+
+
+def during() -> str | None:
+    """What was running when the first Ctrl-C arrived (None: no Ctrl-C, or no active ``GracefulInterrupt``)."""
+    return _active.during if _active is not None else None
 
 
 def requested() -> bool:

@@ -9,6 +9,7 @@ loop around the steps (warm start, validation, checkpoints) is ``ragen.runs.loop
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import attrs
@@ -52,6 +53,7 @@ class Trainer:
         self.step_idx = 0
         # Ctrl-C asked to stop (ragen/train/interrupt.py); the last checkpoint's step
         self.interrupted, self.saved_step = False, None
+        self._nonfinite_warned: set[str] = set()  # the shapers already warned about non-finite scores
 
     def _seed(self, *keys: int) -> int:
         return int(np.random.SeedSequence([self.cfg.trainer.seed, *keys]).generate_state(1)[0])
@@ -164,12 +166,27 @@ class Trainer:
         scores = [t.score for t in kept]
         turns = [[t.reward + t.penalty for t in traj.turns] for traj in kept]
         for shape in self.shapers:
+            before = scores
             scores, turns = boundary.call_shaper(shape, metrics, scores=scores, group_ids=[t.group_id for t in kept],
                                                  env_names=[t.env_name for t in kept], trajectories=kept,
                                                  turn_scores=turns)
+            self._count_nonfinite(shape, before, scores, metrics)
         scores, bad = finite_scores(scores)  # counted with the env's own non-finite rewards
         metrics["rollout/nonfinite_rewards"] = metrics.get("rollout/nonfinite_rewards", 0.0) + bad
         return scores, turns
+
+    def _count_nonfinite(self, shape, before: list[float], after: list[float], metrics: dict) -> None:
+        """``<kind>/<name>/nonfinite``: the NaN/inf scores this shaper made of finite ones (they train as 0); the
+        first time, a warning naming the shaper and its distribution, so a shaper that is always NaN is not a silent
+        run on all-zero scores."""
+        bad = sum(math.isfinite(b) and not math.isfinite(a) for b, a in zip(before, after))
+        key = getattr(shape, "component_key", None) or f"component/{boundary.who(shape)}"
+        metrics[f"{key}/nonfinite"] = metrics.get(f"{key}/nonfinite", 0.0) + float(bad)
+        if bad and key not in self._nonfinite_warned:
+            self._nonfinite_warned.add(key)
+            log.warning("shaper_returned_nonfinite", shaper=boundary.who(shape), step=self.step_idx + 1,
+                        scores=f"{bad} of {len(after)}", metric=f"{key}/nonfinite",
+                        note="each such score trains as 0; warned once per shaper")
 
     def _advantages(self, batch: Batch, kept_ratio: float, metrics: dict) -> None:
         """The estimator's advantages (scaled by ``filter_loss_scaling``), and with a critic its values and returns."""

@@ -54,3 +54,28 @@ if os.environ.get("RAGEN_TEST_SLOW_EXIT"):
             _time2.sleep(0.1)
 
     _interrupt.saved = _lingering_saved
+
+# RAGEN_TEST_SLOW_PAIRED=LABEL: the greedy paired pass LABEL ('before' or 'after' RL) first says so on stderr and waits
+# (up to 60 s, in short sleeps a signal interrupts, until a Ctrl-C arrives), so a test's Ctrl-C lands inside that pass
+# however fast the machine
+_PAIRED = os.environ.get("RAGEN_TEST_SLOW_PAIRED")
+if _PAIRED:
+    import sys as _sys2
+    import time as _time3
+
+    import ragen.train.interrupt as _paired_interrupt
+    import ragen.train.trainer as _paired_trainer
+
+    _plain_paired = _paired_trainer.Trainer.paired_validate
+
+    def _slow_paired(self, label):
+        if label == _PAIRED:
+            _sys2.stderr.write(f"test: greedy pass {label} started\n")
+            _sys2.stderr.flush()
+            for _ in range(600):
+                if _paired_interrupt.requested():
+                    break
+                _time3.sleep(0.1)
+        return _plain_paired(self, label)
+
+    _paired_trainer.Trainer.paired_validate = _slow_paired

@@ -117,6 +117,25 @@ def test_a_ctrl_c_after_the_stop_has_saved_ends_cleanly(tmp_path):
     assert (tmp_path / "r" / "checkpoints" / "actor" / "step2").is_dir()
 
 
+def test_ctrl_c_names_the_phase_it_interrupts(tmp_path):
+    """A Ctrl-C during the greedy pass before RL says it is finishing that pass (not "the current training step"),
+    and the resume line says where the run was."""
+    err = tmp_path / "stderr.txt"
+    path = os.pathsep.join(p for p in (HOOKS, os.environ.get("PYTHONPATH", "")) if p)
+    proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=2",
+                  f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err,
+                 extra_env={"PYTHONPATH": path, "RAGEN_TEST_SLOW_PAIRED": "before"})
+    wait_for(lambda: "test: greedy pass before started" in err.read_text(), proc)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=300) == 130, err.read_text()[-3000:]
+    stderr = err.read_text()
+    assert "interrupt: finishing the greedy paired pass (before RL), then saving" in stderr
+    assert "finishing the current training step" not in stderr
+    assert re.search(r"interrupted during the greedy paired pass \(before RL\), after step 0; checkpoint saved, "
+                     r"continue with `ragen run --resume .*r`$", stderr.rstrip()), stderr[-2000:]
+    assert metric_steps(tmp_path / "r") == [0]  # the pass finished and was recorded; no step ran
+
+
 def test_ctrl_c_during_sft_saves_the_model_so_far(tmp_path):
     out = tmp_path / "sft"
     err = tmp_path / "stderr.txt"

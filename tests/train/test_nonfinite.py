@@ -184,3 +184,32 @@ def test_a_huge_learning_rate_never_reaches_multinomial_with_nan(nan_coin, tmp_p
     assert seen and all(seen), "torch.multinomial saw NaN/inf probabilities"
     # it overflows at step 1, before any checkpoint: the message says so rather than promising an intact one
     assert "no checkpoint was written yet" in str(exc.value) and "is intact" not in str(exc.value)
+
+
+class _NanShaperPlugin:
+    @hookimpl
+    def register_envs(self, register):
+        register("plain-coin", CoinEnv, config=EnvConfig)
+
+    @hookimpl
+    def register_reward_shapers(self, register):
+        register("all-nan", lambda config: (lambda inp: [math.nan] * len(inp.scores)))
+
+
+def test_a_shaper_returning_nan_warns_once_naming_it_and_is_counted(fresh_plugins, tmp_path, capsys):
+    """A shaper that is NaN for every trajectory trains on all-zero scores: the first step warns, naming the shaper
+    and its distribution, and every step counts its NaNs in shaper/<name>/nonfinite."""
+    from ragen.train.trainer import Trainer
+
+    register_plugin(_NanShaperPlugin(), "nan-shaper", dist="ragen-nan-shaper")
+    trainer = Trainer(cfg(tmp_path, "env.name=plain-coin", "algo.options.shapers=[all-nan]"), tmp_path / "run")
+    try:
+        steps = [trainer.step().metrics for _ in range(2)]
+    finally:
+        trainer.close()
+    for m in steps:  # 2 groups of 2, every one kept (the expert wins every coin)
+        assert m["shaper/all-nan/nonfinite"] == 4.0 and m["rollout/nonfinite_rewards"] == 4.0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert text.count("shaper_returned_nonfinite") == 1, text[-3000:]
+    assert "shaper 'all-nan' of ragen-nan-shaper" in text and "shaper/all-nan/nonfinite" in text
