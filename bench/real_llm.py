@@ -110,6 +110,10 @@ def level_table(env_name: str, seed: int, split: str, depth: int, options: dict 
     import ragen
 
     env = ragen.make_env(env_name, **(options or {}))
+    limit = getattr(env.config, "max_steps", None)
+    if not env.deterministic or (isinstance(limit, int) and limit < depth):
+        # a state is its text only when the same text always steps the same way, whatever the path to it
+        raise SystemExit(f"{env_name}: the open-loop search needs deterministic transitions within {depth} steps")
     env.reset(seed=seed, options={"split": split})
     names = list(env.action_names)
     envs, done, success, keys = [env], [False], [False], {(env.render(), False, False): 0}
