@@ -61,7 +61,7 @@ ARMS: dict[str, list[str]] = {
 RECIPE: dict[str, list[str]] = {
     env: [
         # SFT on expert demos first: zero-shot, SmolLM2 answers in the required format 2-5% of the time, so RL alone
-        # has almost no reward spread to learn from (warmstart.* defaults for a real model: ragen/warmstart/cache.py)
+        # has almost no reward spread to learn from (warmstart.* defaults for a real model: ragen/warmstart/defaults.py)
         "--warmstart",
         # answer-only: no think block to generate (a 135M model's "thinking" is rarely useful, and every sampled token
         # costs ~10-25 ms on 2 cores)

@@ -349,7 +349,7 @@ class WarmstartSection:
     episodes: int | None = option(
         None,
         "Expert episodes to generate (seeds from 900000, disjoint from train and val); None = 256 for a built-in "
-        "model, 128 for a real one (ragen/warmstart/cache.py).",
+        "model, 128 for a real one (ragen/warmstart/defaults.py).",
         range=AT_LEAST_1,
     )
     noise: float = option(0.0, "Probability of replacing an expert action with a random valid one.", range=PROBABILITY)

@@ -21,7 +21,7 @@ from ragen.rollout.engine import SamplingParams
 from ragen.rollout.expert import ExpertEngine
 from ragen.train.batch import collate, micro_batches, mini_batches
 from ragen.train.losses import AggNorm, aggregate, token_logprobs
-from ragen.warmstart.cache import settings as warm_settings
+from ragen.warmstart.defaults import settings as warm_settings
 
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,

@@ -14,7 +14,7 @@ from ragen.rollout.groups import TRAIN_SEED_BASE, train_seed, val_seed
 from ragen.runs.paired import compare, metrics, verdict
 from ragen.runs.summary import format_summary, run_summary
 from ragen.testing import TINY, ragen_cmd
-from ragen.warmstart.cache import settings as warm_settings
+from ragen.warmstart.defaults import settings as warm_settings
 from ragen.warmstart.sft import DEMO_SEED_BASE
 
 

@@ -11,6 +11,7 @@ from conftest import ragen_cmd
 from ragen.config import load_config
 from ragen.runs.summary import format_summary, run_summary
 from ragen.warmstart import cache as warmstart
+from ragen.warmstart import defaults
 
 #: a warm start small enough for a test: a handful of demos, one pass
 FAST = ["model.name=tiny", "warmstart.episodes=6", "warmstart.epochs=1", "warmstart.batch_size=3",
@@ -211,7 +212,7 @@ def test_warm_start_defaults_depend_on_the_model_kind():
         assert (w.episodes, w.epochs, w.lr) == (256, 24, 2e-3), name
     for name in ("smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct"):
         w = warmstart.settings(load_config(overrides=[f"model.name={name}"]))
-        assert (w.episodes, w.epochs, w.lr) == (warmstart.REAL_EPISODES, warmstart.REAL_EPOCHS, warmstart.REAL_LR)
+        assert (w.episodes, w.epochs, w.lr) == (defaults.REAL_EPISODES, defaults.REAL_EPOCHS, defaults.REAL_LR)
     given = ["model.name=smollm2", "warmstart.episodes=7", "warmstart.epochs=3", "warmstart.lr=0.01"]
     w = warmstart.settings(load_config(overrides=given))
     assert (w.episodes, w.epochs, w.lr) == (7, 3, 0.01)
@@ -223,6 +224,6 @@ def test_a_real_models_resolved_defaults_are_in_its_key(monkeypatch, name):
     built-in model's key does not move with it."""
     real, builtin = load_config(overrides=["model.name=smollm2"]), load_config(overrides=["model.name=tiny"])
     before = warmstart.cache_key(real), warmstart.cache_key(builtin)
-    monkeypatch.setattr(warmstart, name, getattr(warmstart, name) * 2)
+    monkeypatch.setattr(defaults, name, getattr(defaults, name) * 2)
     assert warmstart.cache_key(real) != before[0]
     assert warmstart.cache_key(builtin) == before[1]
