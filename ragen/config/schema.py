@@ -359,20 +359,24 @@ class WarmstartSection:
     )
     seed: int = option(0, "Seed of the demos' noise and the SFT shuffles; separate from trainer.seed so runs with "
                           "different RL seeds share one warm start.", range=SEED)
-    episodes: int = option(
-        256, "Expert episodes to generate (seeds from 900000, disjoint from train and val).", range=AT_LEAST_1
-    )
-    noise: float = option(0.0, "Probability of replacing an expert action with a random valid one.", range=PROBABILITY)
-    epochs: int = option(
-        24,
-        "Passes over the demonstrations (24: the `small` model reads the board at 24 and not at 4 or 12 "
-        "on sokoban; 5.5 min for sokoban with the compact prompt on 2 cores, once, then cached: "
-        "docs/models.md, \"A compact prompt\").",
+    episodes: int | None = option(
+        None,
+        "Expert episodes to generate (seeds from 900000, disjoint from train and val); None = 256 for a built-in "
+        "model, 128 for a real one (ragen/warmstart/defaults.py).",
         range=AT_LEAST_1,
     )
-    lr: float = option(
-        2e-3,
-        "Peak SFT learning rate (5% warm-up, then linear decay to 10%); built-in models start random.",
+    noise: float = option(0.0, "Probability of replacing an expert action with a random valid one.", range=PROBABILITY)
+    epochs: int | None = option(
+        None,
+        "Passes over the demonstrations; None = 24 for a built-in model (the `small` model reads the board at 24 "
+        "and not at 4 or 12 on sokoban; 5.5 min for sokoban with the compact prompt on 2 cores, once, then cached: "
+        "docs/models.md, \"A compact prompt\"), 2 for a real one (it needs the format, not the board's text).",
+        range=AT_LEAST_1,
+    )
+    lr: float | None = option(
+        None,
+        "Peak SFT learning rate (5% warm-up, then linear decay to 10%); None = 2e-3 for a built-in model (it "
+        "starts random), 5e-5 for a real one (a larger rate overwrites what it was pretrained on).",
         range=POSITIVE,
     )
     batch_size: int = option(

@@ -74,6 +74,25 @@ class _LogprobRecorder:
         return torch.stack(self.values[:n], dim=1).cpu()
 
 
+def _cache_name(model: Any) -> str:
+    """The keyword a model's ``forward`` and ``generate`` take the KV cache by: transformers 5.2x renamed
+    ``past_key_values`` to ``cache`` (the old name still works there, with a deprecation warning on every run). A
+    LoRA-wrapped model's forward takes ``**kwargs``: its base model's says."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    except (AttributeError, TypeError, ValueError):  # no inspectable forward: the name every version takes
+        return "past_key_values"
+
+
+def _output_cache(out: Any) -> Any:
+    """The KV cache of a model or ``generate`` output under either name, read without the deprecated alias."""
+    keys = out.keys() if hasattr(out, "keys") else ()
+    return next((out[name] for name in ("cache", "past_key_values") if name in keys), None)
+
+
 @functools.cache
 def _growing_layer_class():
     """A ``DynamicLayer`` whose keys/values live in a preallocated buffer: each decoding step writes its new columns in
@@ -281,7 +300,7 @@ class HFEngine:
                              position_ids=(mask.cumsum(-1) - 1).clamp(min=0).to(device), use_cache=True)
         finally:
             self.model.train(was_training)
-        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        kv = [(layer.keys, layer.values) for layer in _output_cache(out).layers]
         hits = list(hits)
         for i, key in enumerate(shared):
             entry = [(k[i][:, width - len(key) :], v[i][:, width - len(key) :]) for k, v in kv]
@@ -348,7 +367,7 @@ class HFEngine:
                     attention_mask=attention_mask.to(device),
                     generation_config=cfg,
                     logits_processor=LogitsProcessorList([recorder]),
-                    past_key_values=past,
+                    **{_cache_name(self.model): past},
                 )
         finally:
             self.model.generation_config = saved
@@ -359,7 +378,7 @@ class HFEngine:
         lps = logprobs.tolist()
         eos = set(self._eos)
         gens = [cut_at_stop(ids, lp, eos, params.max_new_tokens) for ids, lp in zip(new, lps)]
-        self._keep(prompts, gens, attention_mask, getattr(result, "past_key_values", None), kept)
+        self._keep(prompts, gens, attention_mask, _output_cache(result), kept)
         return gens
 
     def _static_cache(self, rows: int, length: int, prefill: list | None):

@@ -25,6 +25,7 @@ from ragen.envs.resolved import ResolvedRun, as_resolved
 from ragen.log import log
 from ragen.models.cache import cache_base
 from ragen.plugins.loader import distribution_version
+from ragen.warmstart.defaults import settings
 
 #: what a key holds for a distribution that is not installed (a checkout on PYTHONPATH): the key's input since the
 #: first cache entries, so such a checkout finds the entries it made before
@@ -57,7 +58,9 @@ def key_inputs(run: ResolvedRun | RunConfig) -> dict:
 
     cfg = run.cfg if isinstance(run, ResolvedRun) else run
     item = get_registry("env").get(cfg.env.name)
-    warm = {k: v for k, v in to_dict(cfg.warmstart).items() if k not in ("mode", "cache")}
+    # the resolved values: a built-in model's entry keeps its key from before these had per-model defaults, and a
+    # changed default for real models makes new entries rather than reusing ones trained otherwise
+    warm = {k: v for k, v in to_dict(settings(cfg)).items() if k not in ("mode", "cache")}
     out = {
         "cache_version": CACHE_VERSION,
         "env": cfg.env.name,
@@ -107,8 +110,9 @@ def prepare(run: ResolvedRun | RunConfig, run_dir: Path) -> tuple[Path, dict]:
     if cached:
         log.info("warmstart_cached", key=key, path=str(entry), note="reusing the cached warm-started model")
     else:
-        log.info("warmstart_started", key=key, env=run.label, episodes=cfg.warmstart.episodes,
-                 epochs=cfg.warmstart.epochs, note="one-time: fine-tunes the model on expert demos, then caches it")
+        w = settings(cfg)
+        log.info("warmstart_started", key=key, env=run.label, episodes=w.episodes, epochs=w.epochs, lr=w.lr,
+                 note="one-time: fine-tunes the model on expert demos, then caches it")
         built = _train(run, dest.parent / "warmstart-build")
         if cfg.warmstart.cache:
             _store(built, entry)

@@ -21,6 +21,7 @@ from ragen.rollout.engine import SamplingParams
 from ragen.rollout.expert import ExpertEngine
 from ragen.train.batch import collate, micro_batches, mini_batches
 from ragen.train.losses import AggNorm, aggregate, token_logprobs
+from ragen.warmstart.defaults import settings as warm_settings
 
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,
@@ -162,7 +163,7 @@ def _run_demos(run: ResolvedRun, tokenizer, fmt):
     from ragen.rollout import ChatFormat, RolloutResult, rollout_metrics
 
     cfg, plan = run.cfg, run.train_plan
-    w = cfg.warmstart
+    w = warm_settings(cfg)
     results = []
     for p, n in zip(plan, apportion([q.n_groups for q in plan], w.episodes)):
         if n:
@@ -203,7 +204,7 @@ def warm_start_model(run: ResolvedRun | RunConfig, out, model_name: str | None =
 
     run = as_resolved(run)
     cfg = run.cfg
-    out, w = Path(out), cfg.warmstart
+    out, w = Path(out), warm_settings(cfg)
     device = pick_device(cfg.trainer.device)
     set_threads(cfg.trainer.threads)
     with torch.random.fork_rng(devices=[]):

@@ -77,3 +77,26 @@ def test_lora_critic_trains_adapters_and_value_head(tmp_path):
         assert changed and changed <= trainable
     finally:
         trainer.close()
+
+
+def test_lora_through_the_cli_exports_a_model_ragen_eval_loads(tmp_path):
+    """LoRA on CPU end to end, as a user runs it: `ragen run ... model.lora_rank=8`, the export (merged weights and
+    the adapter), `ragen eval` of the exported folder."""
+    import json
+    import os
+    import subprocess
+
+    from conftest import ragen_cmd, run_two_steps
+
+    run, rows = run_two_steps("frozenlake", tmp_path, "model.lora_rank=8", "model.lora_alpha=16",
+                              "env.options.max_turns=1", response_length=8)
+    steps = [r for r in rows if r.get("timing/step_s") is not None]
+    assert len(steps) == 2 and all(r["actor/skipped_updates"] == 0.0 for r in steps)
+    final = run / "final"
+    assert (final / "adapter" / "adapter_config.json").is_file() and (final / "config.json").is_file()
+    proc = subprocess.run(ragen_cmd("eval", "--env", "frozenlake", "--model", str(final), "--seeds", "2",
+                                    "-o", "max_turns=1", "-o", "response_length=8", "--out", str(tmp_path / "e")),
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads((tmp_path / "e" / "metrics.json").read_text())
+    assert m["levels"] == 2 and m["failed_envs"] == 0

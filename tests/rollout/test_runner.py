@@ -427,6 +427,26 @@ def test_hf_engine_padding_is_not_inferred_from_ids(tiny):
     assert [g.token_ids for g in engine.generate(prompts, greedy)] == [g.token_ids for g in single]
 
 
+def test_generate_passes_the_kv_cache_by_the_name_the_installed_transformers_takes(tiny, monkeypatch):
+    """transformers 5.2x renamed generate's and forward's ``past_key_values`` to ``cache``; the old name printed a
+    deprecation warning on every run. The engine passes the cache by the name the model's forward takes."""
+    import inspect
+
+    model, tok = tiny
+    new_name = "cache" in inspect.signature(model.forward).parameters
+    seen = []
+    generate = model.generate
+
+    def recording(*args, **kwargs):
+        seen.append(set(kwargs))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", recording)
+    prompt = tok("<|im_start|>user\nx y x y", add_special_tokens=False)["input_ids"]
+    HFEngine(model, tok).generate([prompt], SamplingParams(temperature=0, max_new_tokens=3))
+    assert seen and all(("cache" in k) == new_name and ("past_key_values" in k) != new_name for k in seen)
+
+
 def test_malformed_outputs_are_penalised_not_fatal(tiny, fmt):
     _, tok = tiny
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731

@@ -14,6 +14,7 @@ from ragen.rollout.groups import TRAIN_SEED_BASE, train_seed, val_seed
 from ragen.runs.paired import compare, metrics, verdict
 from ragen.runs.summary import format_summary, run_summary
 from ragen.testing import TINY, ragen_cmd
+from ragen.warmstart.defaults import settings as warm_settings
 from ragen.warmstart.sft import DEMO_SEED_BASE
 
 
@@ -57,7 +58,7 @@ def _seeds(cfg: RunConfig) -> dict[str, set[int]]:
     r = cfg.rollout
     return {"train": {train_seed(s, g, r.n_groups) for s in range(cfg.trainer.steps) for g in range(r.n_groups)},
             "val": {val_seed(g) for g in range(max(r.n_val_groups, r.n_paired_levels))},
-            "warm start": set(range(DEMO_SEED_BASE, DEMO_SEED_BASE + cfg.warmstart.episodes))}
+            "warm start": set(range(DEMO_SEED_BASE, DEMO_SEED_BASE + warm_settings(cfg).episodes))}
 
 
 def test_validation_seeds_are_disjoint_from_training_and_warm_start_seeds():

@@ -11,6 +11,7 @@ from conftest import ragen_cmd
 from ragen.config import load_config
 from ragen.runs.summary import format_summary, run_summary
 from ragen.warmstart import cache as warmstart
+from ragen.warmstart import defaults
 
 #: a warm start small enough for a test: a handful of demos, one pass
 FAST = ["model.name=tiny", "warmstart.episodes=6", "warmstart.epochs=1", "warmstart.batch_size=3",
@@ -188,3 +189,41 @@ def test_summary_of_a_change_without_spread_prints_no_nan(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = format_summary(run_summary(tmp_path))
     assert "nan" not in text and "change: +0.0 points ± 0.0 (s.e.; no spread" in text
+
+
+#: the main job's (`ragen run --env sokoban --algo grpo`) warm-start key with every distribution at 0.1.0: a change to
+#: the warm-start defaults must not orphan the cache entry (and the results) of the README's main job
+MAIN_JOB_KEY = "2b05fdc62297865e8d60"
+
+
+def test_the_main_jobs_warm_start_keeps_its_cache_key(monkeypatch):
+    from ragen.cli.train import resolved_run
+
+    monkeypatch.setattr(warmstart, "distribution_version", lambda dist: "0.1.0")
+    run = resolved_run(None, [], env_name="sokoban", algo_name="grpo")
+    assert warmstart.key_inputs(run)["warmstart"] == {"seed": 0, "episodes": 256, "noise": 0.0, "epochs": 24,
+                                                      "lr": 2e-3, "batch_size": 4, "prompt_loss_weight": None}
+    assert warmstart.cache_key(run) == MAIN_JOB_KEY
+
+
+def test_warm_start_defaults_depend_on_the_model_kind():
+    for name in ("tiny", "small"):
+        w = warmstart.settings(load_config(overrides=[f"model.name={name}"]))
+        assert (w.episodes, w.epochs, w.lr) == (256, 24, 2e-3), name
+    for name in ("smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        w = warmstart.settings(load_config(overrides=[f"model.name={name}"]))
+        assert (w.episodes, w.epochs, w.lr) == (defaults.REAL_EPISODES, defaults.REAL_EPOCHS, defaults.REAL_LR)
+    given = ["model.name=smollm2", "warmstart.episodes=7", "warmstart.epochs=3", "warmstart.lr=0.01"]
+    w = warmstart.settings(load_config(overrides=given))
+    assert (w.episodes, w.epochs, w.lr) == (7, 3, 0.01)
+
+
+@pytest.mark.parametrize("name", ["REAL_EPISODES", "REAL_EPOCHS", "REAL_LR"])
+def test_a_real_models_resolved_defaults_are_in_its_key(monkeypatch, name):
+    """A retuned real-model default makes a new cache entry instead of reusing one trained with the old value; a
+    built-in model's key does not move with it."""
+    real, builtin = load_config(overrides=["model.name=smollm2"]), load_config(overrides=["model.name=tiny"])
+    before = warmstart.cache_key(real), warmstart.cache_key(builtin)
+    monkeypatch.setattr(defaults, name, getattr(defaults, name) * 2)
+    assert warmstart.cache_key(real) != before[0]
+    assert warmstart.cache_key(builtin) == before[1]
