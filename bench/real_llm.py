@@ -13,8 +13,8 @@ before/after comparison on ``--paired-levels`` held-out levels (``rollout.n_pair
   every episode, as long as the env's action budget, ``max_turns x max_actions_per_turn``), the best of all
   ``|A|^k`` sequences by success on ``--train-levels`` training levels (split train, seeds 10000.., the levels the
   training plan draws), then scored on the held-out levels. A policy that does not beat it has not been shown to
-  read its state. The search is ``ragen.envs.openloop``'s (the one ``ragen doctor`` uses): exhaustive and exact, each level's
-  reachable states stepped once and shared by every prefix that reaches them.
+  read its state. The search is ``ragen.envs.openloop``'s (the one ``ragen doctor`` uses): exhaustive and exact,
+  each level's reachable states stepped once and shared by every prefix that reaches them.
 
 Prints the plan and a time estimate (COST) first; a rerun with the same ``--out`` resumes (runs in the JSON with the
 same env, arm, seed and steps are kept; ``--fresh`` starts over). Writes JSON and a PNG
