@@ -36,18 +36,21 @@ def uvicorn_app(directory, app="server.app:app", port=None, args=()):
     the URL once ``/health`` answers."""
     port = port or free_port()
     uvicorn = str(Path(sys.executable).parent / "uvicorn")
-    proc = subprocess.Popen([uvicorn, app, "--port", str(port), *args], cwd=directory, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    log_path = Path(directory) / f"uvicorn-{port}.log"  # a file, not a pipe: its access log would fill a pipe and block
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([uvicorn, app, "--port", str(port), *args], cwd=directory, stdout=log_file,
+                                stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # importing openenv's stack takes minutes on a loaded machine
         while True:
             try:
                 with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/health", timeout=2):
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"uvicorn {app} did not start: {proc.stdout.read()[-3000:]}") from None
+                    proc.kill()
+                    raise AssertionError(f"uvicorn {app} did not start: {log_path.read_text()[-3000:]}") from None
                 time.sleep(0.2)
         yield url
     finally:
