@@ -235,6 +235,7 @@ def _no_drops(rows: list[dict]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the docs' run at default rollout sizes: 2 steps of 32, 64 validation, 2 x 256 greedy
 def test_the_docs_scaffold_example_runs_as_written_under_real_uvicorn(tmp_path):
     """docs/openenv.md's scaffold example, line by line: the scaffold `openenv init` writes, the docs' edits of it,
     its app under real uvicorn, then `ragen check-env` and the docs' `ragen run` (only its run folder added): 2 steps,
@@ -256,7 +257,7 @@ def test_the_docs_scaffold_example_runs_as_written_under_real_uvicorn(tmp_path):
             argv = [a.replace(f"http://127.0.0.1:{port}", url) for a in argv]
             extra = ([f"logging.run_dir={run_dir}", "logging.name=r", "logging.progress=false"] if argv[1] == "run"
                      else [])
-            r = subprocess.run(ragen_cmd(*argv[1:], *extra), capture_output=True, text=True, timeout=1800,
+            r = subprocess.run(ragen_cmd(*argv[1:], *extra), capture_output=True, text=True, timeout=3300,
                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
             assert r.returncode == 0, f"{argv}: {r.stdout[-2000:]}{r.stderr[-3000:]}"
             if argv[1] == "check-env":
