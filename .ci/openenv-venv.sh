@@ -2,13 +2,13 @@
 # Build the OpenEnv venv at .venv-openenv (or $OPENENV_VENV): ragen with its `openenv` extra, the test extra, and the
 # plugins the OpenEnv tests use (docs/openenv.md), editable.
 #
-# The `openenv` package is heavy (FastAPI, uvicorn, gradio, fastmcp, openai...: ~110 packages, ~480 MB), so it lives
-# in its own venv, apart from the main one; the main venv has only the `ragen-openenv` plugin (whose one dependency is
+# The `openenv` package is heavy (FastAPI, uvicorn, gradio, fastmcp, openai...; this venv: ~175 distributions,
+# ~1.8 GB), so it lives in its own venv, apart from the main one; the main venv has only the `ragen-openenv` plugin (whose one dependency is
 # `websockets`), and the tests marked `openenv` skip there. `openenv-core` is the old name of the same code: it must
 # never be installed beside `openenv` (both provide the `openenv` import package), so the build fails if it is.
 #
-#   bash .ci/openenv-venv.sh                  # build (about 1-2 minutes from a warm pip cache)
-#   .venv-openenv/bin/python -m pytest -m openenv tests/serve/test_openenv.py plugins/ragen-openenv
+#   bash .ci/openenv-venv.sh                  # build (10-30 minutes from a cold pip cache: docs/openenv.md)
+#   .venv-openenv/bin/python -m pytest -n 0 -m openenv tests/serve/test_openenv.py plugins/ragen-openenv
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1

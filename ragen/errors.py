@@ -54,6 +54,12 @@ class RemoteEnvError(EnvError, RuntimeError):
     is dropped and counted like any env failure."""
 
 
+class EnvBusy(EnvError, RuntimeError):
+    """The server behind an env is at its session cap while this process holds some of those sessions: a rollout
+    playing several episodes at once starts this one when one of its own episodes ends (and frees a session) instead
+    of dropping it."""
+
+
 class Interrupted(RagenError):
     """The user pressed Ctrl-C once: the step (or SFT update) finished, a checkpoint was written; the message says how
     to resume. The CLI prints it without ``Error:`` and exits 130, as for any interrupted command."""

@@ -311,6 +311,13 @@ class Env(gymnasium.Env):
         change the env."""
         return None
 
+    def end_episode(self) -> None:
+        """Called by the rollout when an episode is over for ragen, however it ended: the env's own end, ragen's
+        budget (``max_turns``, ``max_actions_per_episode``), the context cap, or a failure that dropped it. An env
+        whose open episode holds something outside this process (a session on an env server) frees it here, so a
+        pool of instances never holds more than the episodes it is playing; the instance stays usable and the next
+        ``reset()`` starts a new episode. Default: nothing (the next ``reset()`` or ``close()`` frees it)."""
+
     def close(self) -> None:
         """Release the env (idempotent: ``_close`` runs once). The core closes every instance it made."""
         if not self._closed:

@@ -119,19 +119,25 @@ def _determinism(new, seeds: int, **_) -> str:
 
 
 def _replay(a: Env, b: Env, seed: int, initial: set) -> str | None:
-    """Play the same seeded actions on ``a`` and ``b`` from ``reset(seed)``; the first difference, or None."""
-    oa, ia = a.reset(seed=seed)
-    ob, ib = b.reset(seed=seed)
-    if not (oa == ob and ia["task_id"] == ib["task_id"]):
+    """Play the same seeded actions on ``a`` from ``reset(seed)``, then on ``b``; the first difference, or None. One
+    episode is open at a time (each ends with ``end_episode``), so an env served with a single session passes."""
+    played = []
+    for env in (a, b):
+        obs, info = env.reset(seed=seed)
+        rng, steps = random.Random(seed), []
+        for _ in range(env.config.max_actions_per_episode):
+            step = env.step(_actions_for(env, rng))
+            steps.append(repr(step))
+            if step[2] or step[3]:
+                break
+        env.end_episode()
+        played.append((obs, info["task_id"], steps))
+    (oa, ta, sa), (ob, tb, sb) = played
+    if not (oa == ob and ta == tb):
         return f"seed {seed}: two instances differ after reset"
     initial.add(oa)
-    rng_a, rng_b = random.Random(seed), random.Random(seed)
-    for _ in range(a.config.max_actions_per_episode):
-        ra, rb = a.step(_actions_for(a, rng_a)), b.step(_actions_for(b, rng_b))
-        if repr(ra) != repr(rb):
-            return f"seed {seed}: same actions gave different steps"
-        if ra[2] or ra[3]:
-            break
+    if sa != sb:
+        return f"seed {seed}: same actions gave different steps"
     return None
 
 

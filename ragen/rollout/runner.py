@@ -5,6 +5,11 @@ response is parsed (``prefill + decoded ids``), applied through ``Episode.step_t
 get ``[EOS fill] + D_{t+1}`` appended (reward text + next turn text) and stay in the next round. Malformed responses
 only earn the format penalty. An env raising in reset/step drops that one trajectory (counted in ``failed_envs``).
 An episode whose next turn would not fit ``max_model_len`` ends truncated with reason ``context_overflow``.
+
+However an episode ends (the env's end, the budget, the context cap, a failure), the rollout calls the env's
+``end_episode()`` at once, so an env holding a server session frees it while the other episodes play on. An env whose
+server is full while this rollout holds sessions on it raises ``EnvBusy`` at reset: that episode starts when one of
+the rollout's own episodes ends (later rounds), instead of being dropped.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import functools
 import math
 import time
 import traceback
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -34,7 +39,7 @@ from ragen.contract.trajectory import (
 from ragen.envs.episode import FORMAT_PENALTY, Episode
 from ragen.envs.prompt import reward_text, system_prompt, turn_text
 from ragen.envs.resolved import ResolvedRun, env_parsers
-from ragen.errors import ConfigError
+from ragen.errors import ConfigError, EnvBusy
 from ragen.log import log
 from ragen.plugins.components import make_component, parser_thinks
 from ragen.rollout.context import ChatContext, ChatFormat
@@ -53,6 +58,8 @@ class RolloutResult:
     failed_envs: int = 0
     errors: list[str] = attrs.Factory(list)  #: one line per failed env
     metrics: dict[str, float] = attrs.Factory(dict)
+    #: failed episodes by reason (``failure_reason``): the ``failed/<reason>`` counts of the metrics
+    failure_reasons: dict[str, int] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -194,14 +201,19 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
     running: list[_Running] = []
     timing = defaultdict(float)
 
+    reasons: Counter = Counter()
+
     def fail(slot: EnvSlot, where: str, exc: BaseException) -> None:
         msg = (f"{slot.env_name} seed {slot.seed} member {slot.rollout_index}: {where} raised "
                f"{type(exc).__name__}: {exc}")
         log.warning("env_failed_trajectory_dropped", error=msg, traceback="".join(traceback.format_exception(exc)))
         errors.append(msg)
+        reasons[failure_reason(exc)] += 1
+        end_episode(slot.env)  # whatever the episode held (a server session) is freed for the others
 
-    t0 = time.perf_counter()
-    for slot in slots:
+    def start(slot: EnvSlot) -> bool:
+        """Reset ``slot``'s env and add its episode to ``running`` (or drop it, counted); False: the env's server
+        is full while episodes of this rollout are open, so the slot waits for one of them to end."""
         the_split = slot.split
         try:
             ep = Episode(slot.env, format_penalty=format_penalty)
@@ -210,9 +222,14 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
             user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False, enable_think=fmt.enable_think,
                              style=style)
             system = system_prompt(slot.env, compat, style)
+        except EnvBusy as exc:
+            if any(not r.done for r in running):
+                return False
+            fail(slot, "reset", exc)  # nothing of this rollout will free a session: the server is someone else's
+            return True
         except Exception as exc:
             fail(slot, "reset", exc)
-            continue
+            return True
         the_parser, the_fmt = (parsers or {}).get(slot.env_name, (parser, fmt))
         if the_fmt is not fmt:  # this env's parser has its own prefill: its prompt is rendered with it
             user = turn_text(1, ep.obs, ep.actions_left, cfg.max_tokens, warning=False,
@@ -235,13 +252,30 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
         if len(ctx) + _cap(slot.env, response_length) > max_model_len:
             _finish(run, overflow=True)
         running.append(run)
+        return True
+
+    waiting: list[EnvSlot] = list(slots)
+
+    def admit() -> None:
+        """Start the waiting slots in order; behind a slot whose server is full, the later slots of its env wait
+        too (they would only be refused)."""
+        nonlocal waiting
+        still: list[EnvSlot] = []
+        for slot in waiting:
+            if any(w.env_name == slot.env_name for w in still) or not start(slot):
+                still.append(slot)
+        waiting = still
+
+    t0 = time.perf_counter()
+    admit()
     timing["env_s"] += time.perf_counter() - t0
 
     failed: set[int] = set()
     rnd = 0
     active = [r for r in running if not r.done]
     if progress is not None:  # counted in turns: most episodes end in the last rounds, a bar of episodes would sit at 0
-        progress.reset(total=sum(_turn_budget(r) for r in running))
+        progress.reset(total=sum(_turn_budget(r) for r in running)
+                       + sum(int(getattr(w.env.config, "max_turns", 1) or 1) for w in waiting))
     while active:
         rnd += 1
         buckets: dict[int, list[_Running]] = defaultdict(list)
@@ -270,15 +304,20 @@ def run_rollout(engine: RolloutEngine, envs: EnvGroups | Sequence[EnvSlot], samp
                 fail(run.slot, f"turn {run.episode.turn}", exc)
                 failed.add(id(run))
                 run.done = True
-        timing["env_s"] += time.perf_counter() - t0
         active = [r for r in active if not r.done]
+        if waiting:  # episodes that ended this round freed their sessions: start the episodes waiting for one
+            admit()
+            active = [r for r in running if not r.done]
+        timing["env_s"] += time.perf_counter() - t0
         if progress is not None:
             progress.update(_turns_done(running) - progress.n)
     stepper.close()
 
+    order = {id(slot): i for i, slot in enumerate(slots)}  # episodes that waited for a session started late
+    running.sort(key=lambda r: order[id(r.slot)])
     trajectories = [r.traj for r in running if id(r) not in failed]
-    result = RolloutResult(trajectories, failed_envs=len(errors), errors=errors)
-    result.metrics = rollout_metrics(trajectories, failed_envs=len(errors))
+    result = RolloutResult(trajectories, failed_envs=len(errors), errors=errors, failure_reasons=dict(reasons))
+    result.metrics = rollout_metrics(trajectories, failed_envs=len(errors), failure_reasons=reasons)
     result.metrics.update({f"time/{k}": v for k, v in timing.items()})
     return result
 
@@ -366,14 +405,37 @@ def _finish(run: _Running, overflow: bool = False) -> None:
         traj.truncated, traj.truncation_reason = bool(ep.truncated), _truncation_reason(ep)
     traj.blocks = list(run.ctx.blocks)
     run.done = True
+    end_episode(ep.env)
+
+
+def end_episode(env: Any) -> None:
+    """``env.end_episode()``: the episode is over for ragen (``Env.end_episode``). A failure to free it is logged,
+    never raised: the episode's outcome is already recorded."""
+    release = getattr(env, "end_episode", None)
+    if release is None:  # not an ``Env`` (a test double): nothing to free
+        return
+    try:
+        release()
+    except Exception as exc:  # noqa: BLE001
+        log.warning("env_end_episode_failed", env=getattr(env, "name", str(env)), error=f"{type(exc).__name__}: {exc}")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A failed episode's reason as a metric key part: the error's ``code`` when it carries one (an OpenEnv server's
+    ``CAPACITY_REACHED``...), else the exception's class name."""
+    code = getattr(exc, "code", None)
+    reason = str(code) if isinstance(code, str) and code else type(exc).__name__
+    return "".join(c if c.isalnum() or c in "_-." else "_" for c in reason)[:64]
 
 
 def _mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else 0.0
 
 
-def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) -> dict[str, float]:
-    """Batch metrics (un-prefixed; the trainer adds ``rollout/`` or ``val/``), plus per-variant ``<env>/<key>``."""
+def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0,
+                    failure_reasons: dict[str, int] | None = None) -> dict[str, float]:
+    """Batch metrics (un-prefixed; the trainer adds ``rollout/`` or ``val/``), plus per-variant ``<env>/<key>`` and,
+    when episodes failed, ``failed/<reason>`` (their count by ``failure_reason``)."""
     trajs = list(trajectories)
     turns = [t for tr in trajs for t in tr.turns]
     m: dict[str, float] = {
@@ -399,6 +461,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], failed_envs: int = 0) ->
     }
     for key in TRUNCATION_KEYS:
         m[f"truncated/{key}"] = float(sum(t.truncation_reason == key for t in trajs))
+    for reason, count in sorted((failure_reasons or {}).items()):
+        m[f"failed/{reason}"] = float(count)
     m.update(state_dependence(trajs))
     by_env: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajs:

@@ -197,7 +197,16 @@ def _paired_before(trainer: Trainer) -> dict:
         m, trajs = trainer.paired_validate("before")
     log.info("paired_before", levels=len(trajs), success=m.get("success"))
     return {"paired/success_before": m.get("success", 0.0),
-            **{f"paired/{k}_before": m[k] for k in _PAIRED_STATE if k in m}}
+            **{f"paired/{k}_before": m[k] for k in _PAIRED_STATE if k in m}, **_paired_failures(m, "before")}
+
+
+def _paired_failures(m: dict, label: str) -> dict:
+    """The episodes a greedy pass dropped (an env failed), in all and by reason (``failed/<reason>`` of the pass):
+    ``paired/failed_<label>`` and ``paired/failed_<label>/<reason>``."""
+    out = {f"paired/failed_{label}": float(m.get("failed_envs", 0.0))}
+    out.update({f"paired/failed_{label}/{k.removeprefix('failed/')}": v for k, v in m.items()
+                if k.startswith("failed/")})
+    return out
 
 
 def _paired_after(trainer: Trainer) -> dict:
@@ -217,7 +226,12 @@ def _paired_after(trainer: Trainer) -> dict:
     result = paired.compare(before, paired.level_successes(trajs))
     first = next((r for r in read_jsonl(trainer.run_dir / "metrics.jsonl") if "paired/success_before" in r), {})
     out = {**paired.metrics(result), **{f"paired/{k}_after": m[k] for k in _PAIRED_STATE if k in m},
-           **{k: first[k] for k in (f"paired/{s}_before" for s in _PAIRED_STATE) if k in first}}
+           **{k: first[k] for k in (f"paired/{s}_before" for s in _PAIRED_STATE) if k in first},
+           **{k: v for k, v in first.items() if k.startswith("paired/failed_before")}, **_paired_failures(m, "after")}
+    # the levels this pass set out to play, and those missing from either pass (left out of the comparison)
+    planned = float(m.get("num_trajectories", 0.0) + m.get("failed_envs", 0.0))
+    out["paired/levels_planned"] = planned
+    out["paired/levels_dropped"] = max(planned - result.levels, 0.0)
     log.info("paired_comparison", levels=result.levels, change=result.change, se=result.se, z=result.z,
              verdict=paired.verdict(result.z))
     return out

@@ -46,6 +46,7 @@ def run_summary(run_dir: str | Path) -> dict:
         if row is not None:
             p, n = row["val/success"], row.get("val/num_trajectories", 0.0)
             out[name] = {"step": row["step"], "success": p, "n": n, "se": _se(p, n),
+                         "failed": row.get("val/failed_envs", 0.0) or 0.0, "failed_by": _reasons(row, "val/failed/"),
                          "valid_format_rate": row.get("val/valid_format_rate"), "score": row.get("val/score"),
                          **{key: row.get(f"val/{key}") for key in STATE_KEYS}}
     paired_row = next((r for r in reversed(rows) if r.get("paired/change") is not None), None)
@@ -89,6 +90,20 @@ def _updates_line(u: dict) -> str:
     return f"  {u['updated']} of {n} steps updated the policy" + (": " + "; ".join(parts) if parts else "")
 
 
+def _reasons(row: dict, prefix: str) -> dict[str, float]:
+    """Dropped episodes by reason: the ``<prefix><reason>`` counts of a metrics row."""
+    return {k.removeprefix(prefix): v for k, v in row.items() if k.startswith(prefix) and v}
+
+
+def _dropped(count: float, reasons: dict[str, float]) -> str:
+    """``"3 dropped: CAPACITY_REACHED"``; several reasons with their counts."""
+    if len(reasons) == 1:
+        why = next(iter(reasons))
+    else:
+        why = ", ".join(f"{int(n)} {r}" for r, n in sorted(reasons.items(), key=lambda kv: -kv[1])) or "env failures"
+    return f"{int(count)} dropped: {why}"
+
+
 def _pct(p: float | None) -> str:
     return "-" if p is None else f"{100 * p:.1f}%"
 
@@ -106,8 +121,9 @@ def format_summary(s: dict) -> str:
     for name, label in (("before", "before RL"), ("after", "after RL ")):
         v = s.get(name)
         if v is not None:
+            dropped = f"; {_dropped(v['failed'], v['failed_by'])}" if v.get("failed") else ""
             lines.append(f"  validation success {label} (step {v['step']}): {_pct(v['success'])} "
-                         f"± {100 * v['se']:.1f} (s.e., {int(v['n'])} episodes)")
+                         f"± {100 * v['se']:.1f} (s.e., {int(v['n'])} episodes{dropped})")
     if "change" in s:
         spread = (f"{s['change'] / s['change_se']:+.1f} s.e." if s["change_se"] > 0
                   else "no spread: every episode scored alike")  # a z of 0/0 would print as nan
@@ -123,7 +139,15 @@ def _paired_lines(p: dict | None) -> list[str]:
         return []
     from ragen.runs.paired import verdict
 
-    lines = [f"  greedy success on {int(p['levels'])} held-out levels: {_pct(p['success_before'])} -> "
+    levels = f"{int(p['levels'])} held-out levels"
+    if p.get("levels_dropped"):  # levels an env failed on in either pass: left out of the comparison
+        reasons: dict[str, float] = {}
+        for label in ("before", "after"):
+            for reason, n in _reasons(p, f"failed_{label}/").items():
+                reasons[reason] = reasons.get(reason, 0.0) + n
+        levels = (f"{int(p['levels'])} of {int(p.get('levels_planned') or 0)} held-out levels "
+                  f"({_dropped(p['levels_dropped'], reasons)})")
+    lines = [f"  greedy success on {levels}: {_pct(p['success_before'])} -> "
              f"{_pct(p['success_after'])} (paired change {100 * p['change']:+.1f} points, SE {100 * p['se']:.1f}, "
              f"z {p['z']:.1f}: {verdict(p['z'])}; {int(p['discordant_better'])} levels better, "
              f"{int(p['discordant_worse'])} worse)"]

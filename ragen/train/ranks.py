@@ -11,11 +11,15 @@ def gather(result: RolloutResult, world: int) -> RolloutResult:
     """The global batch on every rank: all ranks' trajectories in (group, member) order, metrics recomputed."""
     if world == 1:
         return result
-    parts = dp.all_gather_objects((result.trajectories, result.failed_envs))
-    trajs = sorted((t for ts, _ in parts for t in ts), key=lambda t: (t.group_id, t.rollout_index))
-    failed = sum(f for _, f in parts)
-    out = RolloutResult(trajs, failed_envs=failed, errors=list(result.errors))
-    out.metrics = rollout_metrics(trajs, failed_envs=failed)
+    parts = dp.all_gather_objects((result.trajectories, result.failed_envs, result.failure_reasons))
+    trajs = sorted((t for ts, _, _ in parts for t in ts), key=lambda t: (t.group_id, t.rollout_index))
+    failed = sum(f for _, f, _ in parts)
+    reasons: dict[str, int] = {}
+    for _, _, theirs in parts:
+        for reason, count in theirs.items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    out = RolloutResult(trajs, failed_envs=failed, errors=list(result.errors), failure_reasons=reasons)
+    out.metrics = rollout_metrics(trajs, failed_envs=failed, failure_reasons=reasons)
     return out
 
 

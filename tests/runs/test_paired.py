@@ -153,3 +153,25 @@ def test_report_lists_the_paired_comparison(tmp_path):
     empty.mkdir()
     (empty / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
     assert "No paired comparison" in build_report([empty], tmp_path / "e.html").read_text()
+
+
+def test_summary_says_how_many_levels_and_episodes_were_dropped_and_why(tmp_path):
+    """Levels an env failed on in either pass are left out of the comparison: the summary names how many of the
+    planned levels were compared, how many were dropped and why (``paired/failed_*/<reason>``), and a validation
+    line counts its dropped episodes too."""
+    rows = [
+        {"step": 0, "val/success": 0.25, "val/num_trajectories": 60.0, "val/failed_envs": 4.0,
+         "val/failed/EXECUTION_ERROR": 4.0, "paired/success_before": 0.3, "paired/failed_before": 2.0,
+         "paired/failed_before/CAPACITY_REACHED": 2.0},
+        {"step": 2, "val/success": 0.5, "val/num_trajectories": 64.0, "val/failed_envs": 0.0,
+         **metrics(compare({i: i in (0, 6, 1) for i in range(10)}, {i: i in (0, 6, 2, 3, 4, 9) for i in range(10)})),
+         "paired/levels_planned": 13.0, "paired/levels_dropped": 3.0, "paired/failed_before": 2.0,
+         "paired/failed_before/CAPACITY_REACHED": 2.0, "paired/failed_after": 1.0,
+         "paired/failed_after/OpenEnvError": 1.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = format_summary(run_summary(tmp_path))
+    assert ("greedy success on 10 of 13 held-out levels (3 dropped: 2 CAPACITY_REACHED, 1 OpenEnvError): 30.0% -> "
+            "60.0% (paired change +30.0 points") in text, text
+    assert "validation success before RL (step 0): 25.0% ± 5.6 (s.e., 60 episodes; 4 dropped: EXECUTION_ERROR)" in text
+    assert "validation success after RL  (step 2): 50.0% ± 6.2 (s.e., 64 episodes)\n" in text

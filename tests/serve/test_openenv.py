@@ -2,9 +2,11 @@
 through the `ragen-openenv` plugin. Needs the `openenv` package (the ragen[openenv] extra): CI runs these in
 .venv-openenv (bash .ci/openenv-venv.sh); elsewhere the whole module skips with that reason."""
 
+import inspect
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,7 +22,7 @@ pytest.importorskip("openenv.core.env_server",
 
 import requests  # noqa: E402
 from openenv import GenericEnvClient  # noqa: E402
-from openenv_helpers import served_ragen, served_scaffold  # noqa: E402
+from openenv_helpers import served_ragen, served_scaffold, uvicorn_app, write_scaffold  # noqa: E402
 
 import ragen  # noqa: E402
 from ragen.serve.hosts import json_safe  # noqa: E402
@@ -28,6 +30,15 @@ from ragen.testing import ragen_cmd, run_two_steps  # noqa: E402
 
 pytestmark = pytest.mark.openenv
 OPENENV_CLI = str(Path(sys.executable).parent / "openenv")
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "openenv.md"
+
+
+def docs_block(after: str, lang: str) -> str:
+    """The first ```LANG block of docs/openenv.md after the text ``after``."""
+    text = DOCS.read_text()
+    m = re.search(rf"```{lang}\n(.*?)```", text[text.index(after):], re.S)
+    assert m, f"docs/openenv.md has no {lang} block after {after!r}"
+    return m.group(1)
 
 
 def validate(url: str) -> dict:
@@ -208,3 +219,106 @@ def test_round_trip_frozenlake_served_as_openenv_trains_like_in_process(tmp_path
     train = [r for r in local if "rollout/failed_envs" in r]
     assert train[-1]["step"] == 2 and all(r["rollout/failed_envs"] == 0 for r in train)
     assert any(k.startswith("val/frozenlake/") for k in local[0])
+
+
+# ---- the docs' worked examples, as written ------------------------------------------------------------------------
+def _no_drops(rows: list[dict]) -> None:
+    """2 steps trained and no episode dropped in any pass: training, validation, the greedy passes."""
+    train = [r for r in rows if "rollout/failed_envs" in r]
+    assert [r["step"] for r in train] == [1, 2] and all(r["rollout/failed_envs"] == 0 for r in train), train
+    vals = [r for r in rows if "val/failed_envs" in r]
+    assert vals and all(r["val/failed_envs"] == 0 for r in vals), vals
+    assert all(not k.startswith(("rollout/failed/", "val/failed/")) for r in rows for k in r)
+    final = rows[-1]
+    assert final.get("paired/levels_dropped", 0) == 0 and final.get("paired/levels") == final.get(
+        "paired/levels_planned"), final
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # the docs' run at default rollout sizes: 2 steps of 32, 64 validation, 2 x 256 greedy
+def test_the_docs_scaffold_example_runs_as_written_under_real_uvicorn(tmp_path):
+    """docs/openenv.md's scaffold example, line by line: the scaffold `openenv init` writes, the docs' edits of it,
+    its app under real uvicorn, then `ragen check-env` and the docs' `ragen run` (only its run folder added): 2 steps,
+    nothing dropped."""
+    lines = [line.split(" #")[0].strip() for line in docs_block("OpenEnv's own scaffold", "sh").splitlines()]
+    lines = [line for line in lines if line]
+    assert lines[0] == "openenv init echo_env && cd echo_env", lines
+    env_dir = write_scaffold(tmp_path, "echo_env")  # `openenv init` would also run `uv lock` (the network)
+    for line in lines[1:]:
+        if line.startswith("sed "):
+            subprocess.run(["bash", "-c", line], cwd=env_dir, check=True)
+    serve = next(x for x in lines if x.startswith("uvicorn "))
+    app, port = re.fullmatch(r"uvicorn (\S+) --port (\d+) &", serve).groups()
+    commands = [shlex.split(x) for x in lines if x.startswith("ragen ")]
+    assert [c[1] for c in commands] == ["check-env", "run"], commands
+    run_dir = tmp_path / "runs"
+    with uvicorn_app(env_dir, app) as url:
+        for argv in commands:
+            argv = [a.replace(f"http://127.0.0.1:{port}", url) for a in argv]
+            extra = ([f"logging.run_dir={run_dir}", "logging.name=r", "logging.progress=false"] if argv[1] == "run"
+                     else [])
+            r = subprocess.run(ragen_cmd(*argv[1:], *extra), capture_output=True, text=True, timeout=3300,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            assert r.returncode == 0, f"{argv}: {r.stdout[-2000:]}{r.stderr[-3000:]}"
+            if argv[1] == "check-env":
+                assert "all 6 checks passed" in r.stdout, r.stdout
+    _no_drops([json.loads(line) for line in (run_dir / "r" / "metrics.jsonl").read_text().splitlines()])
+
+
+@pytest.mark.slow
+def test_the_scaffold_at_its_default_cap_of_one_session_trains_with_nothing_dropped(tmp_path):
+    """The template's app exactly as `openenv init` writes it (max_concurrent_envs=1) under real uvicorn: its echo env
+    never ends an episode, so ragen's budget ends each one and frees the one session for the next; `check-env` plays
+    its two instances one after the other."""
+    env_dir = write_scaffold(tmp_path, "echo_env")
+    assert "max_concurrent_envs=1," in (env_dir / "server" / "app.py").read_text()
+    with uvicorn_app(env_dir) as url:
+        r = subprocess.run(ragen_cmd("check-env", "openenv", "-o", f"url={url}"), capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0 and "all 6 checks passed" in r.stdout, r.stdout + r.stderr
+        _, rows = run_two_steps("openenv", tmp_path / "run", f"env.options.url={url}", response_length=24)
+    _no_drops(rows)
+
+
+def test_the_docs_trl_environment_factory_plays_a_served_ragen_env_as_grpotrainer_does():
+    """docs/openenv.md's TRL class against `ragen serve-env --protocol openenv`, used the way TRL's GRPOTrainer uses an
+    `environment_factory` (built without arguments; `reset(**row)`; every other public method but `get_reward` is a
+    tool, its schema from transformers' `get_json_schema`; `get_reward()` per rollout). TRL's trainer itself is not
+    run: it needs a tool-calling model from the Hub."""
+    from transformers.utils import get_json_schema
+
+    code = docs_block("## TRL on a ragen env", "python")
+    with served_ragen("frozenlake") as server:
+        namespace: dict = {}
+        exec(compile(code.replace("http://127.0.0.1:8000", server.url), str(DOCS), "exec"), namespace)
+        env = namespace["RagenEnv"]()
+        members = dict(inspect.getmembers(env, predicate=inspect.ismethod))
+        tools = [m for n, m in members.items() if n not in ("reset", "get_reward") and not n.startswith("_")]
+        assert {"reset", "get_reward"} <= set(members) and [t.__name__ for t in tools] == ["act"]
+        fn = get_json_schema(tools[0])["function"]
+        assert fn["name"] == "act" and fn["parameters"]["required"] == ["action"]
+        assert fn["parameters"]["properties"]["action"]["type"] == "string" and fn["description"]
+        local = ragen.make_env("frozenlake")
+        try:
+            for seed in (3, 4, 5):
+                text = env.reset(prompt=[{"role": "user", "content": "Solve it."}], seed=seed)  # a dataset row
+                obs, _ = local.reset(seed=seed)
+                assert text.endswith(obs) and local.instructions in text and "Left" in text
+                total, over = 0.0, False
+                while not over:
+                    (action,) = local.expert.next_actions(local, 1)
+                    o, r, term, trunc, info = local.step(action)
+                    answer, total, over = env.act(action), total + r, term or trunc
+                    assert answer.startswith(o) and answer.endswith("The episode is over.") == over
+                assert info["success"] and env.get_reward() == pytest.approx(total) and total > 0
+                with pytest.raises(ValueError, match="over"):
+                    env.act("Left")
+            env.reset(seed=6)
+            assert env.act("Jump").startswith("'Jump' is not an action.")
+        finally:
+            local.close()
+    try:
+        import trl
+    except ImportError:
+        return
+    assert "environment_factory" in inspect.signature(trl.GRPOTrainer.__init__).parameters

@@ -22,6 +22,12 @@ for the whole answer and at most ``MAX_ANSWER_BYTES``, a frame is at most that s
 ``MAX_JSON_DEPTH`` levels, and each answer is checked against its declared type before use (``done`` and the info
 flags are booleans, a reward a finite number within ``MAX_ABS_REWARD``, texts within ``max_observation_chars``,
 action names bounded); a server's error message is clipped and stripped of control characters before it is logged.
+
+Sessions: an instance holds one session while its episode is open, from ``reset`` to the episode's end, whoever ends it
+(the server's ``done``, or ragen's budget through ``end_episode``), so a pool of instances holds no more sessions than
+it has episodes open. A server at its cap (``CAPACITY_REACHED``, which carries ``max_sessions``) is waited for, within
+``timeout_s``, while this process holds none of its sessions; while it holds some, the reset raises ``EnvBusy`` at once
+and the rollout starts that episode when one of its own ends.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
+import time
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
@@ -36,6 +44,7 @@ import attrs
 
 from ragen import TOKEN_ENV, ConfigError, Env, EnvConfig, EnvError, option
 from ragen.config.bounded import BoundedReadError, clip, parse_json
+from ragen.errors import EnvBusy
 from ragen.serve.net import (
     MAX_ABS_REWARD,
     MAX_ACTION_NAME_CHARS,
@@ -58,7 +67,44 @@ FATAL_CODES = ("CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
 
 class OpenEnvError(EnvError, RuntimeError):
     """The OpenEnv server was lost, stayed silent, refused the session or answered an error: the rollout drops the
-    episode and counts it (``rollout/failed_envs``)."""
+    episode and counts it (``rollout/failed_envs``, and ``failed/<code>`` by the error frame's code)."""
+
+    def __init__(self, message: str, code: str | None = None, details: dict | None = None):
+        super().__init__(message)
+        self.code, self.details = code, dict(details or {})
+
+
+class OpenEnvBusy(OpenEnvError, EnvBusy):
+    """The server is at its session cap and this process holds some of its sessions: the rollout waits for one of
+    its own episodes to end before it starts this one."""
+
+
+class ServerSessions:
+    """The sessions this process holds on one OpenEnv server (every ``openenv`` instance with that URL), and the
+    server's cap as its last ``CAPACITY_REACHED`` gave it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held = 0
+        self.cap: int | None = None
+
+    def opened(self) -> None:
+        with self.lock:
+            self.held += 1
+
+    def closed(self) -> None:
+        with self.lock:
+            self.held = max(self.held - 1, 0)
+
+
+_SERVERS: dict[str, ServerSessions] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def server_sessions(ws_url: str) -> ServerSessions:
+    """The one ``ServerSessions`` of this process for ``ws_url``."""
+    with _SERVERS_LOCK:
+        return _SERVERS.setdefault(ws_url, ServerSessions())
 
 
 def _names(value: Any) -> tuple[str, ...]:
@@ -96,8 +142,9 @@ class OpenEnvConfig(EnvConfig):
     procedural: bool = option(False, "Different seeds give different initial observations (check-env then demands it).")
     pass_split: bool = option(True, "Send ragen's split and rollout_index with each reset (envs that do not take them "
                                     "never see them: OpenEnv passes only the arguments reset() declares).")
-    timeout_s: float = option(60.0, "Seconds to connect, and for each whole answer (/schema, a frame); a server "
-                                    "slower than that fails the episode.",
+    timeout_s: float = option(60.0, "Seconds to connect, for each whole answer (/schema, a frame), and to wait for a "
+                                    "server full of other clients' sessions; a server slower (or full) for longer "
+                                    "fails the episode.",
                               validator=attrs.validators.gt(0))
     max_observation_chars: int = option(MAX_OBSERVATION_CHARS,
                                         "Characters of one observation (and of the instructions) accepted from the "
@@ -201,7 +248,8 @@ class Connection:
             code = clip(data.get("code", "UNKNOWN"), 40)
             if code in FATAL_CODES:
                 self.close()
-            raise OpenEnvError(f"OpenEnv server {self.where} answered {code}: {clip(data.get('message', ''))}")
+            raise OpenEnvError(f"OpenEnv server {self.where} answered {code}: {clip(data.get('message', ''))}",
+                               code=code, details=data)
         if not isinstance(data, dict):
             raise OpenEnvError(f"OpenEnv server {self.where} answered a {answer.get('type')!r} frame without data")
         return data
@@ -344,6 +392,8 @@ class OpenEnvEnv(Env):
                                   f"{cfg.max_observation_chars}; set env.options.instructions")
         self.procedural = bool(cfg.procedural)
         self._conn: Connection | None = None
+        self._sessions = server_sessions(self.ws_url)
+        self._holding = False  # this instance's session is counted in self._sessions.held
         self._apply_prompt({})
 
     # ---- the prompt: options first, then what the server sends at reset, then defaults -------------------------
@@ -376,14 +426,18 @@ class OpenEnvEnv(Env):
         if self.config.pass_split:
             data.update(split=self.split, rollout_index=self.rollout_index)
         data.update(options)
-        self._conn = Connection(self.ws_url, self.token, self.config.timeout_s)
-        answer = self._conn.call({"type": "reset", "data": data})
-        obs, metadata = self._parts(answer)
+        try:
+            answer = self._open_session(data)
+            obs, metadata = self._parts(answer)
+            text = self._obs_text(obs)
+        except BaseException:
+            self._drop()  # a failed reset holds no session
+            raise
         self._apply_prompt({k: obs[k] for k in PROMPT_KEYS if k in obs})
         task_id = metadata.get("task_id", obs.get("task_id"))
         self.task_id = clip(task_id, 200) if task_id is not None else f"openenv/s{seed}"
         info = {k: v for k, v in metadata.items() if k not in ("task_id", "seed", "split")}
-        return self._obs_text(obs), info
+        return text, info
 
     def _step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         if self._conn is None or self._conn.ws is None:
@@ -430,8 +484,47 @@ class OpenEnvEnv(Env):
             raise RuntimeError(f"{self.name}: no open session (before reset, or the episode is over)")
         return self._conn.call({"type": "state"})
 
+    def _open_session(self, data: dict) -> dict:
+        """Open a session and reset it; the reset's answer. A server at its cap is retried until ``timeout_s`` has
+        passed while this process holds none of its sessions (someone else's episodes, or ours still closing); while
+        it holds some, ``OpenEnvBusy`` is raised at once: waiting here would wait for episodes that this process
+        itself must play on."""
+        cfg = self.config
+        deadline, delay = time.monotonic() + cfg.timeout_s, 0.05
+        while True:
+            self._conn = Connection(self.ws_url, self.token, cfg.timeout_s)
+            try:
+                answer = self._conn.call({"type": "reset", "data": data})
+            except OpenEnvError as exc:
+                if exc.code != "CAPACITY_REACHED":
+                    raise
+                self._drop()
+                cap = exc.details.get("max_sessions")
+                if isinstance(cap, int) and not isinstance(cap, bool):
+                    self._sessions.cap = cap
+                held, cap_text = self._sessions.held, f" (cap {self._sessions.cap})" if self._sessions.cap else ""
+                if held:
+                    raise OpenEnvBusy(f"{exc}{cap_text}; {held} of its sessions are this process's episodes",
+                                      code=exc.code, details=exc.details) from None
+                if time.monotonic() + delay > deadline:
+                    raise OpenEnvError(f"{exc}{cap_text}; still full after {cfg.timeout_s:g} s (env.options.timeout_s)",
+                                       code=exc.code, details=exc.details) from None
+                time.sleep(delay)
+                delay = min(2 * delay, 1.0)
+                continue
+            self._holding = True
+            self._sessions.opened()
+            return answer
+
+    def end_episode(self) -> None:
+        """ragen ended the episode (its budget, the context cap, a failure): free the server's session now."""
+        self._drop()
+
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
+        if self._holding:
+            self._holding = False
+            self._sessions.closed()
         if conn is not None:
             conn.close(polite=True)
 

@@ -10,10 +10,11 @@ import time
 
 import pytest
 from ragen_openenv import OpenEnvError
-from ragen_openenv.env import endpoints, pick_field
+from ragen_openenv.env import OpenEnvBusy, endpoints, pick_field
 
 import ragen
 from ragen import ConfigError
+from ragen.errors import EnvBusy
 from ragen.testing import check_env
 
 # ---- a small OpenEnv server -------------------------------------------------------------------------------------
@@ -41,6 +42,7 @@ class Reach:
     """The served env: a line of cells, the player at 0 or 1 (by seed), the goal at the end; Left/Right."""
 
     length = 5
+    never_done = False  # an env that never ends an episode itself: ragen's budget ends every one
 
     def reset(self, data):
         self.pos, self.moves = int(data.get("seed") or 0) % 2, 0
@@ -53,7 +55,8 @@ class Reach:
             self.pos = max(0, min(self.length - 1, self.pos + (1 if move == "right" else -1)))
         self.moves += 1
         won = self.pos == self.length - 1
-        return self.observation(reward=1.0 if won else None, done=won or self.moves >= 20,
+        return self.observation(reward=1.0 if won else None,
+                                done=not self.never_done and (won or self.moves >= 20),
                                 metadata={"action_is_valid": valid, "moves": self.moves})
 
     def observation(self, reward, done, metadata=None):
@@ -67,11 +70,14 @@ class StubServer:
     """OpenEnv's protocol on a free loopback port, one session per WebSocket connection; knobs for failures."""
 
     def __init__(self, token=None, max_sessions=64, schema=SCHEMA, fail_reset=None, silent_step=False,
-                 drop_on_step=False):
+                 drop_on_step=False, never_done=False, refuse=None):
+        """``refuse(reset data)``: answer that reset with CAPACITY_REACHED and close (another client's sessions fill
+        the server just then); ``peak``: the most sessions open at once."""
         from websockets.sync.server import serve
 
         self.token, self.max_sessions, self.schema = token, max_sessions, schema
         self.fail_reset, self.silent_step, self.drop_on_step = fail_reset, silent_step, drop_on_step
+        self.never_done, self.refuse, self.peak = never_done, refuse, 0
         self.sessions, self.resets, self.lock, self.stopping = 0, [], threading.Lock(), threading.Event()
         self.server = serve(self.session, "127.0.0.1", 0, process_request=self.http)
         self.url = f"http://127.0.0.1:{self.server.socket.getsockname()[1]}"
@@ -88,11 +94,14 @@ class StubServer:
         with self.lock:
             full = self.sessions >= self.max_sessions
             self.sessions += 0 if full else 1
-        if full:  # as OpenEnv: an error frame, then the connection closes
-            conn.send(json.dumps({"type": "error", "data": {"message": "Server at capacity",
-                                                            "code": "CAPACITY_REACHED"}}))
+            self.peak = max(self.peak, self.sessions)
+        if full:  # as OpenEnv: an error frame with the counts, then the connection closes
+            conn.send(json.dumps({"type": "error", "data": {"message": "Server at capacity", "code": "CAPACITY_REACHED",
+                                                            "active_sessions": self.max_sessions,
+                                                            "max_sessions": self.max_sessions}}))
             return
         env = Reach()
+        env.never_done = self.never_done
         try:
             for raw in conn:
                 msg = json.loads(raw)
@@ -101,6 +110,10 @@ class StubServer:
                     break
                 if kind == "reset":
                     self.resets.append(data)
+                    if self.refuse and self.refuse(data):
+                        conn.send(json.dumps({"type": "error", "data": {"message": "Server at capacity",
+                                                                        "code": "CAPACITY_REACHED"}}))
+                        break
                     if self.fail_reset and self.fail_reset(data):
                         conn.send(json.dumps({"type": "error", "data": {"message": "reset failed",
                                                                         "code": "EXECUTION_ERROR"}}))
@@ -273,6 +286,88 @@ def test_server_failures_are_openenv_errors_and_never_hang():
     with pytest.raises(OpenEnvError, match="cannot open an OpenEnv session"):
         env.reset(seed=0)
     env.close()
+
+
+def settle(condition, within=5.0):
+    """Whether ``condition()`` holds within ``within`` seconds (the server sees a closed session a moment later)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def outside_session(server):
+    """A session another client holds on ``server`` (a raw WebSocket), until it is closed."""
+    from websockets.sync.client import connect
+
+    conn = connect(server.url.replace("http://", "ws://") + "/ws", proxy=None)
+    assert settle(lambda: server.sessions >= 1)
+    return conn
+
+
+def test_ragens_budget_frees_the_session_and_a_full_server_is_waited_for():
+    s = StubServer(max_sessions=1, never_done=True)
+    a, b, c = reach(s.url, timeout_s=5), reach(s.url, timeout_s=5), reach(s.url, timeout_s=1)
+    try:
+        a.reset(seed=0)
+        assert a.step("Right")[2:4] == (False, False) and s.sessions == 1  # this server never says done
+        # the server's one session is this process's: refused at once (the rollout starts it when one of its own ends)
+        refused = r"CAPACITY_REACHED: Server at capacity \(cap 1\); 1 of its sessions"
+        with pytest.raises(OpenEnvBusy, match=refused) as busy:
+            b.reset(seed=1)
+        assert isinstance(busy.value, EnvBusy) and busy.value.code == "CAPACITY_REACHED"
+        a.end_episode()  # ragen's budget ended a's episode: its session is freed now, not at a's next reset
+        assert settle(lambda: s.sessions == 0) and a._conn is None
+        assert b.reset(seed=1)[0] == "_P__G"
+        b.end_episode()
+        assert settle(lambda: s.sessions == 0)
+        # another client fills the server: the next reset waits for its session to close, within timeout_s
+        other = outside_session(s)
+        threading.Timer(1.0, other.close).start()
+        t0 = time.monotonic()
+        assert b.reset(seed=0)[0] == "P___G" and 0.5 < time.monotonic() - t0 < 5
+        b.end_episode()
+        other = outside_session(s)
+        with pytest.raises(OpenEnvError, match=r"CAPACITY_REACHED: .*still full after 1 s") as full:
+            c.reset(seed=0)
+        assert not isinstance(full.value, EnvBusy) and c._conn is None
+        other.close()
+        assert s.peak == 1
+    finally:
+        for env in (a, b, c):
+            env.close()
+        s.stop()
+
+
+@pytest.mark.slow
+def test_a_never_done_server_at_a_small_cap_trains_and_every_drop_is_counted(tmp_path):
+    """`ragen run` against a server that never ends an episode (ragen's budget ends each one) and holds 2 sessions:
+    each step's 4 episodes play in waves, nothing is dropped for the cap. Level 124 finds the server full of other
+    clients' sessions whenever it resets: it is dropped in validation and in both greedy passes, and each drop is
+    counted by its reason, in the metrics and in the summary."""
+    from ragen.runs.summary import format_summary, run_summary
+    from ragen.testing import run_two_steps
+
+    s = StubServer(max_sessions=2, never_done=True, refuse=lambda d: d.get("seed") == 124)
+    try:
+        run, rows = run_two_steps("openenv", tmp_path, f"env.options.url={s.url}", "env.options.success_key=won",
+                                  "env.options.action_names=[Left, Right]", "env.options.timeout_s=2",
+                                  "rollout.group_size=2", response_length=24)
+        train = [r for r in rows if "rollout/failed_envs" in r]
+        assert [r["step"] for r in train] == [1, 2] and all(r["rollout/failed_envs"] == 0 for r in train), train
+        assert s.peak == 2 and settle(lambda: s.sessions == 0)  # never above the cap; nothing held after the run
+        vals = [r for r in rows if "val/failed_envs" in r]
+        assert vals and all(r["val/failed_envs"] == 1 and r["val/failed/CAPACITY_REACHED"] == 1 for r in vals)
+        final = rows[-1]
+        assert (final["paired/levels_planned"], final["paired/levels"], final["paired/levels_dropped"]) == (2, 1, 1)
+        assert final["paired/failed_before/CAPACITY_REACHED"] == final["paired/failed_after/CAPACITY_REACHED"] == 1
+        text = format_summary(run_summary(run))
+        assert "greedy success on 1 of 2 held-out levels (1 dropped: CAPACITY_REACHED): " in text, text
+        assert "(s.e., 1 episodes; 1 dropped: CAPACITY_REACHED)" in text, text
+    finally:
+        s.stop()
 
 
 @pytest.mark.slow
