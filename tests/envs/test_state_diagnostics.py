@@ -323,7 +323,12 @@ def test_the_trainer_places_the_shaped_turn_rewards(tok):
     from ragen.train.trainer import Trainer
 
     trajs = [t for t in play(tok, "sokoban", uniform, n=6).trajectories if t.num_turns >= 2][:4]
-    plain = SimpleNamespace(shapers=[])
+    def trainer_with(shapers):  # the parts of a Trainer its _shape reads, without building one
+        ns = SimpleNamespace(shapers=shapers, _nonfinite_warned=set(), step_idx=0)
+        ns._count_nonfinite = lambda *args: Trainer._count_nonfinite(ns, *args)
+        return ns
+
+    plain = trainer_with([])
     scores, turns = Trainer._shape(plain, trajs, {})
     assert turns == [[t.reward + t.penalty for t in traj.turns] for traj in trajs]  # no shaper: as before
     base = collate(trajs, 0, scores, placement="turn", turn_scores=turns)
@@ -331,7 +336,7 @@ def test_the_trainer_places_the_shaped_turn_rewards(tok):
     assert torch.equal(base.turn_scores, plain_batch.turn_scores) and torch.equal(base.token_rewards,
                                                                                   plain_batch.token_rewards)
     gamma = 0.9
-    shaped = SimpleNamespace(shapers=[ragen.make_component("shaper", "potential", gamma=gamma)])
+    shaped = trainer_with([ragen.make_component("shaper", "potential", gamma=gamma)])
     metrics = {}
     scores, turns = Trainer._shape(shaped, trajs, metrics)
     batch = collate(trajs, 0, scores, placement="turn", turn_scores=turns)
