@@ -250,18 +250,26 @@ def run_one(job: dict, args, root: Path) -> dict:
            "logging.progress=false", "logging.save_trajectories=0", f"logging.run_dir={root}", f"logging.name={name}",
            "collapse.enabled=false", "early_stop.enabled=false", *PINNED, *spec["overrides"], *args.override]
     base = {**job, "command": " ".join(cmd[1:]), "jobs": args.jobs, "threads": args.threads, "commit": commit()}
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        print(f"  {name}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr, flush=True)
-        return {**base, "failed": True, "wall_s": round(wall, 1), "error": proc.stderr[-2000:]}
-    out = {**base, **read_run(root / name), "wall_s": round(wall, 1)}
+    out = launch(cmd, base, root / name, read_run)
+    if out.get("failed"):
+        return out
     p = out.get("paired") or {}
     print(f"  {name}: T0.5 {100 * out['before']:.1f}% -> {100 * out['after']:.1f}%; greedy "
           f"{100 * p.get('success_before', 0):.1f}% -> {100 * p.get('success_after', 0):.1f}% "
-          f"(z {p.get('z', float('nan')):+.1f}) in {out['steps']} steps, {wall / 60:.1f} min", flush=True)
+          f"(z {p.get('z', float('nan')):+.1f}) in {out['steps']} steps, {out['wall_s'] / 60:.1f} min", flush=True)
     return out
+
+
+def launch(cmd: list[str], base: dict, run_dir: Path, read) -> dict:
+    """Run one `ragen run` command (offline) to its end: ``base`` plus ``read(run_dir)`` and the wall time, or ``base``
+    marked failed with the tail of stderr (printed too). bench/real_llm.py runs its jobs through this as well."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+    wall = round(time.perf_counter() - t0, 1)
+    if proc.returncode != 0:
+        print(f"  {run_dir.name}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr, flush=True)
+        return {**base, "failed": True, "wall_s": wall, "error": proc.stderr[-2000:]}
+    return {**base, **read(run_dir), "wall_s": wall}
 
 
 def read_run(run_dir: Path) -> dict:

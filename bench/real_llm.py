@@ -36,7 +36,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -186,17 +185,13 @@ def run_one(job: dict, args, root: Path, baselines: dict) -> dict:
     cmd = command(job, args, root, name)
     base = {**job, "model": args.model, "command": " ".join(cmd[1:]), "threads": args.threads,
             "commit": learning.commit(), "baselines": baselines}
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        print(f"  {name}: FAILED\n{proc.stderr[-2000:]}", file=sys.stderr, flush=True)
-        return {**base, "failed": True, "wall_s": round(wall, 1), "error": proc.stderr[-2000:]}
-    out = {**base, **read_run(root / name), "wall_s": round(wall, 1)}
+    out = learning.launch(cmd, base, root / name, read_run)
+    if out.get("failed"):
+        return out
     p = out.get("paired") or {}
     print(f"  {name}: greedy {100 * p.get('success_before', 0):.1f}% -> {100 * p.get('success_after', 0):.1f}% "
           f"(z {p.get('z', float('nan')):+.1f}; best blind sequence {100 * baselines['best_sequence_success']:.1f}%) "
-          f"in {wall / 60:.1f} min", flush=True)
+          f"in {out['wall_s'] / 60:.1f} min", flush=True)
     return out
 
 
