@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 from datetime import date
 from pathlib import Path
@@ -56,10 +57,16 @@ def play(engine, tokenizer_fmt, env: str, levels: int, settings: dict, seed_base
         groups.close()
 
 
+def _peak_rss_mb() -> int:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--env", default="frozenlake")
-    ap.add_argument("--model", default="small", choices=sorted(builtin.BUILTIN_MODELS))
+    ap.add_argument("--model", default="small",
+                    help=f"a built-in model ({', '.join(sorted(builtin.BUILTIN_MODELS))}) or any `model.name` a run "
+                         "takes (smollm2, a GGUF file, a local Hugging Face folder)")
     ap.add_argument("--parser", default="answer")
     ap.add_argument("--episodes", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=4)
@@ -69,6 +76,9 @@ def main() -> None:
     ap.add_argument("--levels", type=int, default=128)
     ap.add_argument("--batch", type=int, default=4, help="SFT batch (the warm start's default: 4)")
     ap.add_argument("--lr", type=float, default=2e-3, help="peak SFT learning rate (the warm start's default: 2e-3)")
+    ap.add_argument("--prompt-weight", type=float, default=None,
+                    help="loss weight of prompt and env tokens (default: 1.0 for a built-in model, 0.0 for a real one, "
+                         "as warmstart.prompt_loss_weight=None resolves)")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--load", type=Path, help="Evaluate this saved warm start (a --save folder or a cache entry) "
                     "instead of training one; --epochs, --episodes and --seed then only describe it in the row")
@@ -77,6 +87,8 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"warmstart-reading-{os.getpid()}"
     torch.manual_seed(a.seed)
+    real = a.model not in builtin.BUILTIN_MODELS
+    prompt_weight = a.prompt_weight if a.prompt_weight is not None else (0.0 if real else 1.0)
     t0 = time.perf_counter()
     model, tok = load_model_and_tokenizer(str(a.load or a.model), work, [a.env], dtype="float32", device="cpu")
     fmt = ChatFormat(tok, enable_think=parser_thinks(a.parser))
@@ -88,8 +100,9 @@ def main() -> None:
         updates = a.epochs * max(1, round(len(demos.trajectories) / a.batch))
         opt = TorchOptimizer(model, lr=a.lr, weight_decay=0.01, grad_clip=1.0, total_steps=updates)
         sft(opt, tok, demos.trajectories, epochs=a.epochs, batch_size=a.batch, micro_batch_size=a.batch, seed=a.seed,
-            prompt_weight=1.0)
+            prompt_weight=prompt_weight)
     t_sft = time.perf_counter() - t0
+    rss_sft = _peak_rss_mb()
     model.eval()
     settings = {**window, "parser": make_component("parser", a.parser)}
     engine = HFEngine(model, tok)
@@ -101,6 +114,7 @@ def main() -> None:
     row = {"date": str(date.today()), "env": a.env, "model": a.model, "parser": a.parser, "episodes": a.episodes,
            "epochs": a.epochs, "seed": a.seed, "window": a.window, "prompt": a.prompt, "batch": a.batch, "lr": a.lr,
            "levels": a.levels, "warm_start_s": round(t_sft),
+           "prompt_weight": prompt_weight, "peak_rss_mb_after_sft": rss_sft, "peak_rss_mb": _peak_rss_mb(),
            "load_average": round(os.getloadavg()[0], 2), **{k: res.metrics.get(k) for k in KEYS}, **seen}
     if a.load:
         row |= {"loaded": str(a.load), "warm_start_s": None}
