@@ -20,7 +20,7 @@ from ragen.rollout import EnvGroups, GroupSpec, RolloutSettings, run_rollout
 from ragen.rollout.engine import SamplingParams
 from ragen.rollout.expert import ExpertEngine
 from ragen.train.batch import collate, micro_batches, mini_batches
-from ragen.train.losses import AggNorm, aggregate, token_logprobs
+from ragen.train.losses import AggNorm, aggregate, sampled_logprobs, token_logprobs
 from ragen.warmstart.defaults import settings as warm_settings
 
 
@@ -75,7 +75,7 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
             total = 0.0
             for m, ctx in zip(micros, contexts):
                 hidden = module.get_decoder()(input_ids=m.input_ids, **forward_masks(m)).last_hidden_state
-                lp, _ = token_logprobs(hidden, module.get_output_embeddings(), m.input_ids, chunk=chunk)
+                lp, _ = response_logprobs(hidden, module.get_output_embeddings(), m, chunk, every=ctx is not None)
                 loss = aggregate(-lp, m.loss_mask, "token-mean", norm)
                 if ctx is not None:  # its own token mean: the prompt's many tokens do not dilute the responses' loss
                     loss = loss + prompt_weight * aggregate(-lp, ctx, "token-mean", ctx_norm)
@@ -90,6 +90,17 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
     bar.close()
     return {"sft/loss_first": losses[0] if losses else 0.0, "sft/loss_last": losses[-1] if losses else 0.0,
             "sft/updates": len(losses), **({"sft/interrupted": 1.0} if interrupted else {})}
+
+
+def response_logprobs(hidden, lm_head, batch, chunk: int, every: bool) -> tuple:
+    """The log-probs the SFT loss reads: at every position when the prompt is in the loss (``every``), else only at
+    the sampled tokens (``sampled_logprobs``, the update's path). Without the prompt loss (a real model's default) the
+    prompt and env tokens are most of a row, and their vocabulary-sized logits were most of the LM head's time and,
+    kept for the backward pass, most of the warm start's memory: SmolLM2's 49k-word and Gemma 3's 262k-word heads on
+    every position of a batch of 4 episodes held several GB. The loss is the same (only mask-1 positions count)."""
+    if every:
+        return token_logprobs(hidden, lm_head, batch.input_ids, chunk=chunk)
+    return sampled_logprobs(hidden, lm_head, batch.input_ids, batch.loss_mask, chunk=chunk)
 
 
 def forward_masks(batch) -> dict:

@@ -55,3 +55,27 @@ def test_right_padding_without_a_mask_leaves_the_real_tokens_loss_unchanged():
         loss_alone = -(lp_alone * alone.loss_mask).sum() / alone.loss_mask.sum()
         loss_padded = -(lp_padded[0] * padded.loss_mask[0]).sum() / padded.loss_mask[0].sum()
         torch.testing.assert_close(loss_padded, loss_alone, rtol=1e-5, atol=1e-6)
+
+
+def test_without_the_prompt_loss_sft_scores_only_the_sampled_tokens_with_the_same_loss_and_gradients():
+    """A real model's warm start (no prompt loss) takes the LM head only at the sampled tokens: the loss and every
+    weight's gradient equal the every-position path's, for padded rows of different lengths."""
+    from ragen.warmstart.sft import response_logprobs
+
+    gen = torch.Generator().manual_seed(2)
+    rows = [_traj(torch.randint(1, 64, (n,), generator=gen).tolist(), p) for n, p in ((11, 4), (19, 9), (7, 2))]
+    batch = collate(rows, pad_id=0, scores=[0.0] * 3)
+    grads = []
+    for every in (True, False):
+        model = _model("sdpa")
+        hidden = model.get_decoder()(input_ids=batch.input_ids, **forward_masks(batch)).last_hidden_state
+        lp, _ = response_logprobs(hidden, model.get_output_embeddings(), batch, chunk=5, every=every)
+        loss = -(lp * batch.loss_mask).sum() / batch.loss_mask.sum()
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+        if not every:  # nothing outside the sampled tokens was scored
+            assert bool((lp[batch.loss_mask == 0] == 0).all())
+    (loss_all, g_all), (loss_sampled, g_sampled) = grads
+    torch.testing.assert_close(loss_sampled, loss_all, rtol=1e-6, atol=1e-6)
+    for name, g in g_all.items():
+        torch.testing.assert_close(g_sampled[name], g, rtol=1e-5, atol=1e-6)
