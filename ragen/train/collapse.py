@@ -27,7 +27,7 @@ import torch
 
 from ragen.config import SCHEMES, CollapseSection  # noqa: E402,F401  (the config lives with the other sections)
 from ragen.contract.trajectory import Trajectory
-from ragen.train.losses import token_logprobs
+from ragen.train.losses import output_head, token_logprobs
 from ragen.train.shared_prefix import prefix_cache, remainder_hidden, shareable
 
 THINK_END = "</think>"
@@ -243,7 +243,7 @@ def _score_rows(module: torch.nn.Module, xs: list, zs: list, temperature: float,
     window = first[:, None] + torch.arange(int(zlen.max()) + 1, device=device)[None, :]
     window = window.clamp(max=width - 1)
     h = hidden.gather(1, window[..., None].expand(-1, -1, hidden.shape[-1]))
-    lm_head = module.get_output_embeddings()
+    lm_head = output_head(module)
     vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
     chunk = max(1, LOGIT_BUDGET // (len(xs) * vocab))
     lp, _ = token_logprobs(h, lm_head, ids.gather(1, window), temperature=temperature, chunk=chunk)
@@ -281,7 +281,7 @@ def _score_rows_shared(module: torch.nn.Module, xs: list, zs: list, temperature:
     decoder = module.get_decoder()
     cache = prefix_cache(decoder, module.config, pre_ids, pre_mask, rows)
     hidden = remainder_hidden(decoder, cache, pre_mask[rows], ids, mask, positions)
-    lm_head = module.get_output_embeddings()
+    lm_head = output_head(module)
     vocab = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
     chunk = max(1, LOGIT_BUDGET // (len(xs) * vocab))
     lp, _ = token_logprobs(hidden, lm_head, ids, temperature=temperature, chunk=chunk)  # lp[:, k] = log p(z_{k-1})

@@ -51,6 +51,31 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, norm: AggNorm
     raise ValueError(f"loss_agg_mode: expected one of {', '.join(AGG_MODES)}, got {mode!r}")
 
 
+class _SoftcappedHead(torch.nn.Module):
+    """``cap * tanh(head(h) / cap)``: the final-logit soft-capping some models apply inside their own forward."""
+
+    def __init__(self, head: torch.nn.Module, cap: float):
+        super().__init__()
+        self.head, self.cap = head, float(cap)
+        self.weight = head.weight
+        self.out_features = getattr(head, "out_features", None) or head.weight.shape[0]
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(hidden) / self.cap) * self.cap
+
+
+def output_head(module: torch.nn.Module) -> torch.nn.Module:
+    """The map from the decoder's last hidden states to the logits the model's own forward (and so the rollout's
+    sampler) produces. Log-probs are computed from hidden states to skip the prompt's logits; that must not skip the
+    model's own post-processing: Gemma 2 caps its final logits (``final_logit_softcapping``), and a plain LM head
+    would give the update log-probs the sampler never had."""
+    head = module.get_output_embeddings()
+    config = getattr(module, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(text, "final_logit_softcapping", None)
+    return _SoftcappedHead(head, cap) if cap else head
+
+
 def token_logprobs(hidden: torch.Tensor, lm_head: torch.nn.Module, input_ids: torch.Tensor, temperature: float = 1.0,
                    chunk: int = 256, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(token_j | tokens_<j) at every position j (0 at j = 0), from hidden states, ``chunk`` positions at a time.

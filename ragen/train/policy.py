@@ -10,7 +10,7 @@ from ragen.contract.algorithm import AlgorithmPreset
 from ragen.models import distributed as dp
 from ragen.rollout.engine import old_logprobs_reusable
 from ragen.train.batch import Batch, micro_batches, model_attention, token_micro_batches
-from ragen.train.losses import kl_penalty, sampled_logprobs
+from ragen.train.losses import kl_penalty, output_head, sampled_logprobs
 from ragen.train.shared_prefix import prefix_plan, shareable, shared_prefix_hidden, to_remainder, to_row_positions
 
 
@@ -51,7 +51,7 @@ class Policy:
             hidden, cols, inside = shared_prefix_hidden(module.get_decoder(), module.config, ids,
                                                         batch.attention_mask[:, :end], *plan)
             ids, lmask = to_remainder(ids, cols, inside), to_remainder(lmask, cols, inside)
-        lp, ent = sampled_logprobs(hidden, module.get_output_embeddings(), ids, lmask,
+        lp, ent = sampled_logprobs(hidden, output_head(module), ids, lmask,
                                    temperature=self.cfg.rollout.temperature, chunk=self.cfg.trainer.logprob_chunk,
                                    with_entropy=with_entropy, entropy_grad=entropy_grad)
         if plan is not None:  # back from remainder columns to row positions

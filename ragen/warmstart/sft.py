@@ -20,7 +20,7 @@ from ragen.rollout import EnvGroups, GroupSpec, RolloutSettings, run_rollout
 from ragen.rollout.engine import SamplingParams
 from ragen.rollout.expert import ExpertEngine
 from ragen.train.batch import collate, micro_batches, mini_batches
-from ragen.train.losses import AggNorm, aggregate, sampled_logprobs, token_logprobs
+from ragen.train.losses import AggNorm, aggregate, output_head, sampled_logprobs, token_logprobs
 from ragen.warmstart.defaults import settings as warm_settings
 
 
@@ -75,7 +75,7 @@ def sft(engine, tokenizer, trajectories, *, epochs: int, batch_size: int, micro_
             total = 0.0
             for m, ctx in zip(micros, contexts):
                 hidden = module.get_decoder()(input_ids=m.input_ids, **forward_masks(m)).last_hidden_state
-                lp, _ = response_logprobs(hidden, module.get_output_embeddings(), m, chunk, every=ctx is not None)
+                lp, _ = response_logprobs(hidden, output_head(module), m, chunk, every=ctx is not None)
                 loss = aggregate(-lp, m.loss_mask, "token-mean", norm)
                 if ctx is not None:  # its own token mean: the prompt's many tokens do not dilute the responses' loss
                     loss = loss + prompt_weight * aggregate(-lp, ctx, "token-mean", ctx_norm)

@@ -218,3 +218,40 @@ def test_tis_weights_scale_each_token_loss_term():
                 term, _ = policy_loss(logp, old, adv, one, **{**kw, "norm": AggNorm(1.0, 1.0)})
                 total = total + w[i, j] * term
     assert weighted.item() == pytest.approx((total / float(mask.sum())).item(), rel=1e-5)
+
+
+def _tiny(arch: str):
+    import transformers as tf
+
+    common = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=16, max_position_embeddings=64)
+    if arch == "gemma2":  # caps its final logits inside its own forward
+        return tf.Gemma2ForCausalLM(tf.Gemma2Config(**common, final_logit_softcapping=0.5))
+    if arch == "gemma3":
+        return tf.Gemma3ForCausalLM(tf.Gemma3TextConfig(**common))
+    if arch == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(**common))
+    return tf.Qwen2ForCausalLM(tf.Qwen2Config(**common))
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "gemma3", "gemma2"])
+def test_logprobs_from_hidden_states_equal_the_models_own_forward(arch):
+    """The update scores sampled tokens from the decoder's hidden states (skipping the prompt's logits); the values
+    must be those of the model's own forward, which the rollout sampled from, in every model family: Gemma 2's
+    final-logit soft-capping included (a plain LM head would miss it)."""
+    from ragen.train.losses import output_head, sampled_logprobs
+
+    torch.manual_seed(0)
+    model = _tiny(arch).eval()
+    ids = torch.randint(1, 96, (2, 12))
+    mask = torch.zeros(2, 12)
+    mask[:, 7:] = 1.0
+    with torch.no_grad():
+        want = torch.log_softmax(model(input_ids=ids).logits.float(), -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+        hidden = model.get_decoder()(input_ids=ids).last_hidden_state
+        got, _ = sampled_logprobs(hidden, output_head(model), ids, mask, chunk=3)
+    torch.testing.assert_close(got[:, 7:], want[:, 6:], rtol=1e-5, atol=1e-5)
+    if arch == "gemma2":  # the cap is what made them equal
+        with torch.no_grad():
+            plain, _ = sampled_logprobs(hidden, model.get_output_embeddings(), ids, mask, chunk=3)
+        assert (plain[:, 7:] - want[:, 6:]).abs().max() > 1e-3
