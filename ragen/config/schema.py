@@ -361,8 +361,8 @@ class WarmstartSection:
                           "different RL seeds share one warm start.", range=SEED)
     episodes: int | None = option(
         None,
-        "Expert episodes to generate (seeds from 900000, disjoint from train and val); None = 256 for a built-in "
-        "model, 128 for a real one (ragen/warmstart/defaults.py).",
+        "Expert episodes to generate (seeds from 900000, disjoint from train and val); None = 256 for any model "
+        "(ragen/warmstart/defaults.py).",
         range=AT_LEAST_1,
     )
     noise: float = option(0.0, "Probability of replacing an expert action with a random valid one.", range=PROBABILITY)
@@ -370,13 +370,15 @@ class WarmstartSection:
         None,
         "Passes over the demonstrations; None = 24 for a built-in model (the `small` model reads the board at 24 "
         "and not at 4 or 12 on sokoban; 5.5 min for sokoban with the compact prompt on 2 cores, once, then cached: "
-        "docs/models.md, \"A compact prompt\"), 2 for a real one (it needs the format, not the board's text).",
+        "docs/models.md, \"A compact prompt\"), 3 for a real one (SmolLM2 reads the FrozenLake board after 3 "
+        "passes at 2e-4, not after 2 at 5e-5: ragen/warmstart/defaults.py).",
         range=AT_LEAST_1,
     )
     lr: float | None = option(
         None,
         "Peak SFT learning rate (5% warm-up, then linear decay to 10%); None = 2e-3 for a built-in model (it "
-        "starts random), 5e-5 for a real one (a larger rate overwrites what it was pretrained on).",
+        "starts random), 2e-4 for a real one (a fine-tuning rate; at 5e-5 SmolLM2 learnt the format but not the "
+        "board).",
         range=POSITIVE,
     )
     batch_size: int = option(
