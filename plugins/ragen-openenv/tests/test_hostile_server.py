@@ -166,6 +166,24 @@ def test_a_trickled_schema_times_out_at_the_whole_read_deadline():
         server.stop()
 
 
+def test_a_trickled_or_oversize_head_of_schema_is_one_line():
+    """The status line and headers count against the same deadline as the body, and are capped at 64 KiB."""
+    server = CraftedServer({"/schema": Answer(SCHEMA, head_every_s=0.4)})
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match="no whole answer within 1.5 s") as raised:
+            ragen.make_env("openenv", url=server.url, timeout_s=1.5)
+        assert time.monotonic() - t0 < 5 and "\n" not in str(raised.value)
+    finally:
+        server.stop()
+    server = CraftedServer({"/schema": Answer(SCHEMA, head_padding=200_000)})
+    try:
+        with pytest.raises(ConfigError, match="status line and headers are over the 65536-byte cap"):
+            ragen.make_env("openenv", url=server.url, timeout_s=10)
+    finally:
+        server.stop()
+
+
 def test_an_oversize_schema_is_one_line_not_an_incomplete_read():
     """The server announces 300 MB; the client stops at its cap (8 MiB) with one line."""
     body = b'{"action": "' + b"x" * (9 << 20) + b'"}'
