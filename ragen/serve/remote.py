@@ -83,6 +83,9 @@ def raise_for(where: str, status: int, payload: Any) -> None:
     if status < 400:
         return
     message = clip(payload.get("error", payload) if isinstance(payload, dict) else payload)
+    if not message:  # an empty body or error: say so, never "answered 502: " with nothing after it
+        message = ("no error message (an empty body)" if payload in ("", None)
+                   else f"no error message ({clip(repr(payload), 200)})")
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if status == 401:
         raise ConfigError(f"env.options.token: the env server at {where} refused the token ({message})")

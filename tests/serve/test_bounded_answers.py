@@ -142,6 +142,17 @@ def test_a_servers_error_message_is_clipped_and_stripped(info):
     assert "\x1b" not in text and "\x07" not in text and len(text) < 500 and "answered 422" in text
 
 
+@pytest.mark.parametrize("answer, shown", [
+    (Answer(b"", 502), "answered 502: no error message (an empty body)"),
+    (Answer({"error": ""}, 500), "answered 500: no error message ({'error': ''})"),
+    (Answer(b"<html>bad gateway</html>", 502), "answered 502: <html>bad gateway</html>"),
+])
+def test_an_error_answer_without_a_message_says_what_came(info, answer, shown):
+    """An error answer with an empty or no JSON body used to read "answered 502: " with nothing after it."""
+    text = _step_with(info, answer)
+    assert shown in text and not text.rstrip().endswith(":"), text
+
+
 def test_instructions_and_action_names_are_bounded(info):
     many = dict(info, action_space=dict(info["action_space"], action_names=[f"a{i}" for i in range(100_000)]))
     server = _serve(info, info_answer=Answer(many))
