@@ -13,11 +13,15 @@ from collections.abc import Callable
 
 class Answer:
     """What a path answers: ``body`` (bytes, or any JSON value), its status, and optionally a trickle (``chunk`` bytes
-    every ``every_s`` seconds) or an announced length larger than what is sent."""
+    every ``every_s`` seconds) or an announced length larger than what is sent; ``head_every_s``: the status line and
+    headers are trickled too, one byte every that many seconds; ``head_padding``: that many bytes of extra headers
+    (lines of 8,000 bytes) before the body."""
 
-    def __init__(self, body, status=200, chunk=0, every_s=0.0, content_length=None):
+    def __init__(self, body, status=200, chunk=0, every_s=0.0, content_length=None, head_every_s=0.0,
+                 head_padding=0):
         self.body = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.status, self.chunk, self.every_s = status, chunk, every_s
+        self.head_every_s, self.head_padding = head_every_s, head_padding
         self.content_length = len(self.body) if content_length is None else content_length
 
 
@@ -60,9 +64,18 @@ class CraftedServer:
                     answer = self.answers.get(path.split("?")[0], Answer({"detail": "Not Found"}, 404))
                     if callable(answer):
                         answer = answer(body)
-                    head = (f"HTTP/1.1 {answer.status} X\r\nContent-Type: application/json\r\n"
+                    padding = "".join(f"X-Pad-{i}: {'p' * 8000}\r\n"
+                                      for i in range(-(-answer.head_padding // 8000)))
+                    head = (f"HTTP/1.1 {answer.status} X\r\nContent-Type: application/json\r\n{padding}"
                             f"Content-Length: {answer.content_length}\r\n\r\n").encode()
-                    conn.sendall(head)
+                    if answer.head_every_s:
+                        for i in range(len(head)):
+                            if self.stopping.is_set():
+                                return
+                            conn.sendall(head[i:i + 1])
+                            time.sleep(answer.head_every_s)
+                    else:
+                        conn.sendall(head)
                     if answer.chunk:
                         for i in range(0, len(answer.body), answer.chunk):
                             if self.stopping.is_set():

@@ -28,6 +28,8 @@ MAX_OBSERVATION_CHARS = 100_000
 MAX_ACTION_NAMES, MAX_ACTION_NAME_CHARS = 1_000, 200
 #: the largest reward (in absolute value) a client accepts from a server: past it a number is an overflow, not a score
 MAX_ABS_REWARD = 1e6
+#: bytes of an answer's status line and headers a client reads (http.client alone allows 100 lines of 64 KiB each)
+MAX_HEADER_BYTES = 64 << 10
 
 #: URL query keys whose values are secrets (``?token=...``)
 _SECRET_QUERY = re.compile(r"(^|_)(token|key|api_?key|password|passwd|secret|auth|access_token|sig|signature)$",
@@ -72,21 +74,70 @@ def http_base(url: str) -> str:
     return urlunparse(parsed._replace(netloc=parsed.netloc.rpartition("@")[2], query="", fragment=""))
 
 
-class _Watchdog:
-    """Shuts the socket of one request down at its deadline: a peer trickling bytes, or silent, loses the
-    connection at the deadline of the whole exchange, whatever the per-read time-out."""
+class HeadTooLarge(http.client.HTTPException):
+    """An answer's status line and headers are over ``MAX_HEADER_BYTES``."""
 
-    def __init__(self, seconds: float):
+
+class _HeadLimited:
+    """The response's file while its status line and headers are read: ``readline`` stops past the cap; everything
+    else is the file's own."""
+
+    def __init__(self, fp: Any, cap: int):
+        self._fp, self._left, self._cap = fp, cap, cap
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._fp.readline(self._left + 1 if limit is None or limit < 0 else min(limit, self._left + 1))
+        self._left -= len(line)
+        if self._left < 0:
+            raise HeadTooLarge(f"the status line and headers are over the {self._cap}-byte cap")
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fp, name)
+
+
+class CappedResponse(http.client.HTTPResponse):
+    """http.client's response, reading at most ``MAX_HEADER_BYTES`` of status line and headers (``begin``); the body
+    is read from the plain file, bounded by its reader (``read_stream``)."""
+
+    def begin(self) -> None:
+        fp = self.fp
+        self.fp = _HeadLimited(fp, MAX_HEADER_BYTES)
+        try:
+            super().begin()
+        finally:
+            if self.fp is not None:
+                self.fp = fp
+
+
+class Watchdog:
+    """Shuts the socket of one request down at its deadline: a peer trickling bytes, or silent, loses the
+    connection at the deadline of the whole exchange, whatever the per-read time-out. ``start=False``: the clock
+    starts when the first socket is attached (a request waiting for a free connection of a pool is not late yet);
+    ``deadline`` is then the ``time.monotonic()`` value it fires at."""
+
+    def __init__(self, seconds: float, start: bool = True):
         self.fired = False
+        self.seconds = seconds
+        self.deadline: float | None = None
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
+        self._timer: threading.Timer | None = None
+        self._cancelled = False
+        if start:
+            self._start()
+
+    def _start(self) -> None:
+        self.deadline = time.monotonic() + self.seconds
+        self._timer = threading.Timer(self.seconds, self._fire)
         self._timer.daemon = True
         self._timer.start()
 
     def attach(self, sock: socket.socket) -> None:
         with self._lock:
             self._sock = sock
+            if self._timer is None and not self._cancelled:
+                self._start()
             if self.fired:
                 self._shut()
 
@@ -103,11 +154,16 @@ class _Watchdog:
                 pass
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._cancelled = True  # a late attach starts no clock
 
 
-def _watched(base: type, watchdog: _Watchdog) -> Any:
+def _watched(base: type, watchdog: Watchdog) -> Any:
     class Watched(base):
+        response_class = CappedResponse
+
         def connect(self) -> None:
             super().connect()
             watchdog.attach(self.sock)
@@ -118,12 +174,13 @@ def _watched(base: type, watchdog: _Watchdog) -> Any:
 def get_bounded(url: str, *, headers: dict, timeout_s: float, source: str, max_bytes: int = MAX_ANSWER_BYTES,
                 use_proxy: bool = True) -> tuple[int, Any]:
     """``GET url``: ``(status, JSON body or None)`` within ``timeout_s`` for the whole exchange (connect, headers,
-    body), at most ``max_bytes`` of body, JSON nested at most ``MAX_JSON_DEPTH`` levels. A lost, slow, oversize or
-    malformed answer is one ``BoundedReadError`` naming ``source``; a non-JSON error body reads as None."""
+    body), at most ``MAX_HEADER_BYTES`` of status line and headers and ``max_bytes`` of body, JSON nested at most
+    ``MAX_JSON_DEPTH`` levels. A lost, slow, oversize or malformed answer is one ``BoundedReadError`` naming
+    ``source``; a non-JSON error body reads as None."""
     import urllib.error
     import urllib.request
 
-    watchdog = _Watchdog(timeout_s)
+    watchdog = Watchdog(timeout_s)
     deadline = time.monotonic() + timeout_s
 
     class Http(urllib.request.HTTPHandler):
@@ -150,6 +207,8 @@ def get_bounded(url: str, *, headers: dict, timeout_s: float, source: str, max_b
                               deadline=deadline)
     except BoundedReadError:
         raise
+    except HeadTooLarge as exc:
+        raise BoundedReadError(f"{source}: {exc}") from None
     except (OSError, http.client.HTTPException, ValueError) as exc:  # refused, reset, DNS, time-out, torn body
         if watchdog.fired:
             raise BoundedReadError(f"{source}: no whole answer within {timeout_s:g} s") from None

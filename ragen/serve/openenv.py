@@ -30,6 +30,7 @@ module raises one ``ConfigError`` saying how to install it.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import importlib.metadata
 import json
@@ -47,8 +48,15 @@ from ragen.errors import ConfigError, RagenError
 from ragen.plugins.components import list_envs
 from ragen.plugins.loader import distribution_version, get_registry
 from ragen.serve.hosts import EnvFactory, LocalEnv, LocalHost, RequestError, json_safe, weight_of
-from ragen.serve.http import check_token, token_from_environment
+from ragen.serve.http import (
+    CONNECTION_LIMIT,
+    MAX_BODY,
+    REQUEST_DEADLINE_S,
+    check_token,
+    token_from_environment,
+)
 from ragen.serve.net import MAX_ACTION_CHARS
+from ragen.serve.table import client_cap
 
 try:
     from openenv.core.env_server.http_server import create_app
@@ -61,6 +69,8 @@ except ImportError as _exc:  # the optional extra is not installed
 #: the OpenEnv minor version this adapter was tested with (the `openenv` extra pins it)
 TESTED_OPENENV = "0.10"
 MAX_IDLE_ENVS = 64
+#: bytes of a request's line and headers (uvicorn's h11 ``max_incomplete_event_size``: a larger head is a 400)
+MAX_HEAD_BYTES = 64 << 10
 
 
 # ---- the wire models -------------------------------------------------------------------------------------------
@@ -219,12 +229,161 @@ class TokenGate:
         await self.app(scope, receive, send)
 
 
+class Bounds:
+    """ASGI middleware, inside ``TokenGate``: a request body over ``max_body`` bytes is a 413 (announced by its
+    ``Content-Length`` or streamed), read before the app sees it; a peer address already holding
+    ``max_client_sessions`` WebSocket sessions is answered OpenEnv's ``CAPACITY_REACHED`` frame (the ``openenv``
+    client waits for room, as for the server's own cap). A client is its peer address: the server's own session
+    cap is global, so one client could hold every session; nothing the client sends chooses its identity. A session
+    silent for ``idle_s`` no longer counts (OpenEnv's reaper has closed it, though its WebSocket may stay open)."""
+
+    def __init__(self, app: Any, max_body: int, max_client_sessions: int | None, idle_s: float):
+        self.app, self.max_body, self.idle_s = app, int(max_body), float(idle_s)
+        self.max_client_sessions = max_client_sessions
+        self.sessions: dict[str, dict[int, float]] = {}  # peer -> {connection: when it last sent a message}
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _http(self, scope: dict, receive: Callable, send: Callable) -> None:
+        length = next((v for k, v in scope.get("headers", ()) if k.lower() == b"content-length"), None)
+        if length is not None and (not length.strip().isdigit() or int(length) > self.max_body):
+            return await self._too_large(send)
+        parts, total = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: the app sees it as it would
+                first = message
+                break
+            parts.append(message.get("body", b""))
+            total += len(parts[-1])
+            if total > self.max_body:
+                return await self._too_large(send)
+            if not message.get("more_body", False):
+                first = {"type": "http.request", "body": b"".join(parts), "more_body": False}
+                break
+        given = False
+
+        async def replay() -> dict:
+            nonlocal given
+            if not given:
+                given = True
+                return first
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Callable) -> None:
+        body = json.dumps({"detail": f"request body over {self.max_body} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _websocket(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if self.max_client_sessions is None:
+            return await self.app(scope, receive, send)
+        peer = str((scope.get("client") or ("",))[0])
+        mine = self.sessions.setdefault(peer, {})
+        now = time.monotonic()
+        held = sum(1 for last in mine.values() if now - last <= self.idle_s)
+        if held >= self.max_client_sessions:
+            if (await receive()).get("type") == "websocket.connect":
+                await send({"type": "websocket.accept"})
+                message = (f"this client ({peer}) holds {held} sessions, its cap (the server's own cap is shared "
+                           "by every client)")
+                await send({"type": "websocket.send", "text": json.dumps({"type": "error", "data": {
+                    "message": message, "code": "CAPACITY_REACHED"}})})
+                await send({"type": "websocket.close", "code": 1000})
+            return
+        key = id(scope)
+        mine[key] = now  # one event loop: no lock needed between the check and the count
+
+        async def active() -> dict:
+            message = await receive()
+            mine[key] = time.monotonic()
+            return message
+
+        try:
+            await self.app(scope, active, send)
+        finally:
+            mine.pop(key, None)
+            if not mine:
+                self.sessions.pop(peer, None)
+
+
+def deadline_protocol(deadline_s: float = REQUEST_DEADLINE_S, connection_limit: int = CONNECTION_LIMIT) -> type:
+    """uvicorn's h11 protocol with waitress's bounds (``ragen serve-env``'s own protocol): a connection that does
+    not send a whole request (line, headers and body) within ``deadline_s`` of its first byte, or of opening, is
+    closed; uvicorn alone closes only idle keep-alive connections, so a half-sent request, a trickle or a silent
+    connection was held for ever. Past ``connection_limit`` open connections (WebSocket sessions included), a new
+    one is closed at once. uvicorn's ``limit_concurrency`` is not used: it answers 503 to every request while the
+    connections it counts are open, which half-sent requests would make an outage."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class DeadlineProtocol(H11Protocol):
+        _clock: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > connection_limit:
+                transport.close()
+                return
+            self._start_clock()  # a new connection owes its first request
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_clock()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            self._start_clock()
+            super().data_received(data)
+            self._whole_yet()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            # a pipelined request already buffered starts its own clock; an idle connection is uvicorn's to close
+            # (timeout_keep_alive)
+            if self.conn.their_state is not h11.IDLE or self.conn.trailing_data[0]:
+                self._start_clock()
+            self._whole_yet()
+
+        def _whole_yet(self) -> None:
+            if (self.transport.get_protocol() is not self  # upgraded to a WebSocket: its own time-outs apply
+                    or self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)):
+                self._stop_clock()
+
+        def _start_clock(self) -> None:
+            if self._clock is None:
+                self._clock = self.loop.call_later(deadline_s, self._too_slow)
+
+        def _stop_clock(self) -> None:
+            if self._clock is not None:
+                self._clock.cancel()
+                self._clock = None
+
+        def _too_slow(self) -> None:
+            self._clock = None
+            if self.transport.get_protocol() is self and not self.transport.is_closing():
+                self.transport.close()
+
+    return DeadlineProtocol
+
+
 # ---- the app and its server -------------------------------------------------------------------------------------
 def make_openenv_app(name: str, options: dict | None = None, *, token: str | None = None, max_sessions: int = 1024,
-                     episode_timeout_s: float = 600.0) -> Any:
+                     episode_timeout_s: float = 600.0, max_client_sessions: int | None = None) -> Any:
     """OpenEnv's FastAPI app (``create_app``) serving the ragen env ``name`` with ``options``.
 
-    ``max_sessions``: WebSocket sessions open at once (more are refused with ``CAPACITY_REACHED``);
+    ``max_sessions``: WebSocket sessions open at once (more are refused with ``CAPACITY_REACHED``), and per peer
+    address ``max_client_sessions`` (None: ``client_cap``, half of them for a heavy env); a request body is at most
+    ``MAX_BODY`` bytes (``Bounds``);
     ``episode_timeout_s``: a session idle for longer is closed; ``token``: required as ``Authorization: Bearer``.
     ``app.state.served`` holds the env pool (``close()`` it when done)."""
     if max_sessions < 1:
@@ -250,7 +409,10 @@ def make_openenv_app(name: str, options: dict | None = None, *, token: str | Non
         return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
     app.add_exception_handler(RequestError, refused)
-    if token:
+    per_client = max_client_sessions or client_cap(weight_of(type(probe)), max_sessions)
+    app.add_middleware(Bounds, max_body=MAX_BODY, idle_s=float(episode_timeout_s),
+                       max_client_sessions=per_client if per_client < max_sessions else None)
+    if token:  # added last: outermost, so a request without the token is refused before anything is read
         app.add_middleware(TokenGate, token=token)
     app.state.served = served
     return app
@@ -267,9 +429,14 @@ def _check_version() -> None:
 
 
 class OpenEnvServer:
-    """uvicorn serving ``app`` on a socket bound at construction (``port=0``: a free one; ``url`` has it)."""
+    """uvicorn serving ``app`` on a socket bound at construction (``port=0``: a free one; ``url`` has it), bounded
+    as ``ragen serve-env``'s own protocol is (``deadline_protocol``): each request whole within ``request_deadline_s``,
+    at most ``connection_limit`` connections besides ``max_sessions`` WebSocket sessions, a head of at most
+    ``MAX_HEAD_BYTES``, a WebSocket message of at most ``MAX_BODY``."""
 
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *,
+                 request_deadline_s: float = REQUEST_DEADLINE_S, connection_limit: int = CONNECTION_LIMIT,
+                 max_sessions: int = 1024):
         import uvicorn
 
         self.app, self.host = app, host
@@ -284,8 +451,11 @@ class OpenEnvServer:
         self.port = self.sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                                    timeout_graceful_shutdown=5))
+        self.server = uvicorn.Server(uvicorn.Config(
+            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5,
+            http=deadline_protocol(float(request_deadline_s), int(connection_limit) + int(max_sessions)),
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES, ws_max_size=MAX_BODY,
+            timeout_keep_alive=5))  # uvicorn's default, stated: idle keep-alive connections close after 5 s
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
@@ -322,12 +492,15 @@ class OpenEnvServer:
 
 
 def make_openenv_server(name: str, options: dict | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                        token: str | None = None, max_sessions: int = 1024, episode_timeout_s: float = 600.0
-                        ) -> OpenEnvServer:
+                        token: str | None = None, max_sessions: int = 1024, episode_timeout_s: float = 600.0,
+                        max_client_sessions: int | None = None, request_deadline_s: float = REQUEST_DEADLINE_S,
+                        connection_limit: int = CONNECTION_LIMIT) -> OpenEnvServer:
     """An ``OpenEnvServer`` (not yet running) for the ragen env ``name``: ``.url``, then ``.run()`` or ``.start()``."""
-    app = make_openenv_app(name, options, token=token, max_sessions=max_sessions, episode_timeout_s=episode_timeout_s)
+    app = make_openenv_app(name, options, token=token, max_sessions=max_sessions, episode_timeout_s=episode_timeout_s,
+                           max_client_sessions=max_client_sessions)
     try:
-        return OpenEnvServer(app, host=host, port=port)
+        return OpenEnvServer(app, host=host, port=port, request_deadline_s=request_deadline_s,
+                             connection_limit=connection_limit, max_sessions=max_sessions)
     except ConfigError:
         app.state.served.close()
         raise

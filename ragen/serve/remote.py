@@ -5,14 +5,16 @@ the episode budget, the expert) from the server's ``/info`` and forwards reset/s
 bookkeeping (``Env.reset``/``step``) still runs locally, so ``ragen run`` and ``ragen check-env`` treat it as any
 env. The budget is the served env's (set it with ``serve-env -o``): prompt and episode must agree with the server.
 A lost connection or an env failing on the server raises ``RemoteEnvError``: the rollout drops that episode and
-counts it in ``failed_envs``. Every answer is bounded (at most ``MAX_ANSWER_BYTES``, its body within ``timeout_s``,
-JSON nested at most ``MAX_JSON_DEPTH`` levels) and checked against its declared type before use: flags are booleans,
-rewards finite numbers within ``MAX_ABS_REWARD``, texts within ``max_observation_chars``; a server's error message is
-clipped and stripped of control characters.
+counts it in ``failed_envs``. Every answer is bounded (at most ``MAX_HEADER_BYTES`` of status line and headers and
+``MAX_ANSWER_BYTES`` of body, the whole answer within ``timeout_s``, JSON nested at most ``MAX_JSON_DEPTH`` levels)
+and checked against its declared type before use: flags are booleans, rewards finite numbers within
+``MAX_ABS_REWARD``, texts within ``max_observation_chars``; a server's error message is clipped and stripped of
+control characters.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import threading
@@ -35,6 +37,9 @@ from ragen.serve.net import (
     MAX_ANSWER_BYTES,
     MAX_OBSERVATION_CHARS,
     TOKEN_ENV,
+    CappedResponse,
+    HeadTooLarge,
+    Watchdog,
     is_loopback,
     redact_url,
 )
@@ -50,8 +55,8 @@ class RemoteConfig(EnvConfig):
 
     url: str = option("", "Base URL of a `ragen serve-env` server, e.g. http://127.0.0.1:8765 (printed by serve-env).")
     token: str = option("", f"Shared token the server was started with (--token); empty: ${TOKEN_ENV} or none.")
-    timeout_s: float = option(60.0, "Seconds per request (and for the whole body of its answer); a server slower "
-                                    "than that fails the episode.",
+    timeout_s: float = option(60.0, "Seconds for each request's whole answer (status line, headers and body); a "
+                                    "server slower than that fails the episode.",
                               validator=attrs.validators.gt(0))
     max_observation_chars: int = option(MAX_OBSERVATION_CHARS,
                                         "Characters of one observation (and of the instructions) accepted from the "
@@ -78,6 +83,9 @@ def raise_for(where: str, status: int, payload: Any) -> None:
     if status < 400:
         return
     message = clip(payload.get("error", payload) if isinstance(payload, dict) else payload)
+    if not message:  # an empty body or error: say so, never "answered 502: " with nothing after it
+        message = ("no error message (an empty body)" if payload in ("", None)
+                   else f"no error message ({clip(repr(payload), 200)})")
     kind = payload.get("kind") if isinstance(payload, dict) else None
     if status == 401:
         raise ConfigError(f"env.options.token: the env server at {where} refused the token ({message})")
@@ -97,15 +105,79 @@ _POOLS: dict[tuple, _SharedPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def _acquire_pool(key: tuple, max_connections: int) -> Any:
-    from requests.adapters import HTTPAdapter
+class _Exchange(threading.local):
+    """The request this thread is making: its watchdog (the deadline of the whole answer) and why its head was
+    refused. The pool's connections attach their socket to it (``_deadline_adapter``)."""
 
+    watchdog: Watchdog | None = None
+    refused: str | None = None
+
+
+_EXCHANGE = _Exchange()
+
+
+@functools.cache
+def _deadline_adapter() -> type:
+    """``requests``' adapter whose connections put the whole answer (status line, headers and body) under the
+    current exchange's deadline and read at most ``MAX_HEADER_BYTES`` of head: ``requests``' own ``timeout`` is per
+    socket read, so a server sending one byte of its headers a second held the client forever."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    def watched(base: type) -> type:
+        class Watched(base):
+            response_class = CappedResponse
+
+            def _attach(self) -> None:
+                if _EXCHANGE.watchdog is not None and self.sock is not None:
+                    _EXCHANGE.watchdog.attach(self.sock)
+
+            def connect(self) -> None:
+                super().connect()
+                self._attach()
+
+            def request(self, *args: Any, **kwargs: Any) -> None:
+                self._attach()  # a kept-alive connection: connect() does not run again
+                super().request(*args, **kwargs)
+
+            def getresponse(self) -> Any:
+                try:
+                    return super().getresponse()
+                except HeadTooLarge as exc:
+                    _EXCHANGE.refused = str(exc)
+                    raise
+
+        return Watched
+
+    class Pool(HTTPConnectionPool):
+        ConnectionCls = watched(HTTPConnection)
+
+    class HttpsPool(HTTPSConnectionPool):
+        ConnectionCls = watched(HTTPSConnection)
+
+    classes = {"http": Pool, "https": HttpsPool}
+
+    class DeadlineAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = classes
+
+        def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+            manager = super().proxy_manager_for(proxy, **kwargs)
+            manager.pool_classes_by_scheme = classes
+            return manager
+
+    return DeadlineAdapter
+
+
+def _acquire_pool(key: tuple, max_connections: int) -> Any:
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
             # block: a request beyond max_connections waits for a free connection instead of opening one more
-            pool = _POOLS[key] = _SharedPool(HTTPAdapter(pool_connections=1, pool_maxsize=max_connections,
-                                                         pool_block=True, max_retries=0))
+            pool = _POOLS[key] = _SharedPool(_deadline_adapter()(pool_connections=1, pool_maxsize=max_connections,
+                                                                 pool_block=True, max_retries=0))
         pool.users += 1
         return pool.adapter
 
@@ -152,28 +224,47 @@ class HttpTransport:
     def call(self, method: str, path: str, body: dict | None = None) -> Any:
         if self._closed:
             raise RemoteEnvError(f"env server {self.where}: this env is closed")
+        source = f"env server {self.where} ({method} {path})"
+        late = f"{source}: the answer did not arrive whole before its deadline ({self.timeout:g} s)"
+        # one deadline for the whole answer, from the moment a connection is ours (waiting for a free one of the
+        # pool is not the server's delay): the socket is shut at it, whatever the per-read time-out
+        watchdog = _EXCHANGE.watchdog = Watchdog(self.timeout, start=False)
+        _EXCHANGE.refused = None
         try:
-            resp = self.session.request(method, self.base + path, json=body, timeout=self.timeout, stream=True)
-        except self._requests.Timeout:
-            raise RemoteEnvError(f"lost the env server at {self.where}: no answer within {self.timeout:g} s") from None
-        except self._requests.RequestException as exc:  # refused, reset, DNS: the server is gone
-            raise RemoteEnvError(f"lost the env server at {self.where}: {type(exc).__name__}") from None
-        payload = self._bounded_body(resp, f"env server {self.where} ({method} {path})")
+            try:
+                resp = self.session.request(method, self.base + path, json=body, timeout=self.timeout, stream=True)
+            except self._requests.Timeout:
+                raise RemoteEnvError(late if watchdog.fired else
+                                     f"lost the env server at {self.where}: no answer within {self.timeout:g} s"
+                                     ) from None
+            except self._requests.RequestException as exc:  # refused, reset, DNS: the server is gone
+                if _EXCHANGE.refused:
+                    raise RemoteEnvError(f"{source}: {_EXCHANGE.refused}") from None
+                if watchdog.fired:
+                    raise RemoteEnvError(late) from None
+                raise RemoteEnvError(f"lost the env server at {self.where}: {type(exc).__name__}") from None
+            payload = self._bounded_body(resp, source, watchdog, late)
+        finally:
+            watchdog.cancel()
+            _EXCHANGE.watchdog = None
         raise_for(self.where, resp.status_code, payload)
         if not isinstance(payload, dict):
             raise RemoteEnvError(f"env server {self.where} answered {resp.status_code} without a JSON object")
         return payload
 
-    def _bounded_body(self, resp: Any, source: str) -> Any:
-        """The answer's body as JSON: at most ``MAX_ANSWER_BYTES``, whole within ``timeout_s``; an error answer
-        that is no JSON reads as its clipped text."""
+    def _bounded_body(self, resp: Any, source: str, watchdog: Watchdog, late: str) -> Any:
+        """The answer's body as JSON: at most ``MAX_ANSWER_BYTES``, whole by the deadline the status line and
+        headers were read under; an error answer that is no JSON reads as its clipped text."""
+        deadline = watchdog.deadline if watchdog.deadline is not None else time.monotonic() + self.timeout
         try:
             with resp:
                 raw = read_stream(lambda n: resp.raw.read1(n, decode_content=False), source=source,
-                                  max_bytes=MAX_ANSWER_BYTES, deadline=time.monotonic() + self.timeout)
+                                  max_bytes=MAX_ANSWER_BYTES, deadline=deadline)
         except BoundedReadError as exc:
-            raise RemoteEnvError(str(exc)) from None
+            raise RemoteEnvError(late if watchdog.fired else str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - urllib3's read errors: reset, time-out mid-body
+            if watchdog.fired:
+                raise RemoteEnvError(late) from None
             raise RemoteEnvError(f"lost the env server at {self.where}: {type(exc).__name__}") from None
         try:
             return parse_json(raw, source=source, max_bytes=MAX_ANSWER_BYTES)

@@ -99,10 +99,58 @@ def test_a_deep_or_oversize_or_trickled_answer_is_refused(info):
     assert "did not arrive whole before its deadline" in _step_with(info, trickle, timeout_s=1)
 
 
+def test_a_trickled_status_line_and_headers_fail_at_the_deadline_of_the_whole_answer(info):
+    """One byte of the status line and headers every 0.4 s: each socket read succeeds within the per-read time-out,
+    so only a deadline for the whole answer stops it (the client used to wait for as long as the server trickled).
+    The pool is not poisoned: the next request on a fresh connection is answered."""
+    server = _serve(info, step=Answer({"obs": "b", "reward": 0.0, "terminated": False, "truncated": False,
+                                       "info": INFO}, head_every_s=0.4))
+    env = ragen.make_env("remote", url=server.url, timeout_s=1.5)
+    try:
+        env.reset(seed=0)
+        t0 = time.monotonic()
+        with pytest.raises(RemoteEnvError) as raised:
+            env.step("Left")
+        assert time.monotonic() - t0 < 5
+        text = str(raised.value)
+        assert "did not arrive whole before its deadline (1.5 s)" in text and server.url[7:] in text, text
+        assert "\n" not in text
+        assert env.reset(seed=0)[0] == "a board"
+    finally:
+        env.close()
+        server.stop()
+    server = _serve(info, info_answer=Answer(info, head_every_s=0.4))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError, match="GET /info.*did not arrive whole before its deadline"):
+            ragen.make_env("remote", url=server.url, timeout_s=1.5)
+        assert time.monotonic() - t0 < 5
+    finally:
+        server.stop()
+
+
+def test_headers_over_their_cap_are_refused(info):
+    """200 KB of headers (25 lines of 8,000 bytes: under http.client's own limits of 100 lines of 64 KiB)."""
+    honest = {"obs": "b", "reward": 0.0, "terminated": False, "truncated": False, "info": INFO}
+    text = _step_with(info, Answer(honest, head_padding=200_000))
+    assert "status line and headers are over the 65536-byte cap" in text and "POST /episodes/e1/step" in text
+
+
 def test_a_servers_error_message_is_clipped_and_stripped(info):
     message = "\x1b]0;owned\x07\x1b[2J" + "y" * 100_000
     text = _step_with(info, Answer({"error": message, "kind": "env"}, 422))
     assert "\x1b" not in text and "\x07" not in text and len(text) < 500 and "answered 422" in text
+
+
+@pytest.mark.parametrize("answer, shown", [
+    (Answer(b"", 502), "answered 502: no error message (an empty body)"),
+    (Answer({"error": ""}, 500), "answered 500: no error message ({'error': ''})"),
+    (Answer(b"<html>bad gateway</html>", 502), "answered 502: <html>bad gateway</html>"),
+])
+def test_an_error_answer_without_a_message_says_what_came(info, answer, shown):
+    """An error answer with an empty or no JSON body used to read "answered 502: " with nothing after it."""
+    text = _step_with(info, answer)
+    assert shown in text and not text.rstrip().endswith(":"), text
 
 
 def test_instructions_and_action_names_are_bounded(info):

@@ -184,6 +184,80 @@ def test_token_session_cap_idle_timeout_and_http_errors():
             b.close()
 
 
+def test_half_sent_requests_deny_no_service_and_are_closed_at_their_deadline():
+    """uvicorn alone closes only idle keep-alive connections: 150 connections sending half a POST (no token needed:
+    auth never runs before the body), silent ones and a one-byte-every-0.5-s trickle were held for ever. Now an
+    authorised call (HTTP and a WebSocket session) is answered at once and the server closes every one of them at
+    the request deadline; a body over 1 MiB is a 413; one peer address holds at most its share of the sessions."""
+    import socket
+    import threading
+
+    from websockets.sync.client import connect
+
+    auth = {"Authorization": "Bearer t0ken-abuse"}
+    with served_ragen("frozenlake", token="t0ken-abuse", max_sessions=4, max_client_sessions=1,
+                      request_deadline_s=2.0) as server:
+        half = []
+        try:
+            for i in range(170):
+                c = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                if i < 150:
+                    c.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: 100\r\n\r\n{\"seed\": ")
+                half.append(c)  # the last 20 send nothing
+            trickle = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            stop = threading.Event()
+
+            def drip():
+                try:
+                    for byte in b"POST /reset HTTP/1.1\r\nHost: x\r\n" * 10:
+                        if stop.wait(0.5):
+                            return
+                        trickle.sendall(bytes([byte]))
+                except OSError:
+                    return  # closed by the server: what the test wants
+
+            threading.Thread(target=drip, daemon=True).start()
+            t0 = time.monotonic()
+            r = requests.post(f"{server.url}/reset", json={"seed": 1}, headers=auth, timeout=10)
+            assert r.status_code == 200 and time.monotonic() - t0 < 5, r.text
+            env = ragen.make_env("openenv", url=server.url, token="t0ken-abuse", timeout_s=10)
+            try:
+                assert env.reset(seed=1)[0] and time.monotonic() - t0 < 10
+                # the same peer address holds its one session: a second waits for room, then fails
+                other = ragen.make_env("openenv", url=server.url, token="t0ken-abuse", timeout_s=1)
+                try:
+                    with pytest.raises(ragen.EnvError, match="CAPACITY_REACHED"):
+                        other.reset(seed=2)
+                finally:
+                    other.close()
+                # another address is another client (every 127.x.y.z is this machine)
+                ws_url = server.url.replace("http://", "ws://") + "/ws"
+                with connect(ws_url, additional_headers=auth, source_address=("127.0.0.2", 0),
+                             open_timeout=10) as ws:
+                    ws.send(json.dumps({"type": "reset", "data": {"seed": 3}}))
+                    assert json.loads(ws.recv(timeout=10))["type"] == "observation"
+            finally:
+                env.close()
+            big = requests.post(f"{server.url}/reset", data=b"{" + b" " * (2 << 20) + b"}", headers={
+                **auth, "Content-Type": "application/json"}, timeout=10)
+            assert big.status_code == 413, big.text
+            deadline = time.monotonic() + 10
+            for c in [*half, trickle]:
+                try:
+                    while True:  # a half-sent request may get the token gate's 401 first, then the close
+                        c.settimeout(max(0.1, deadline - time.monotonic()))
+                        if not c.recv(4096):  # closed by the server, not by our time-out
+                            break
+                except ConnectionResetError:
+                    pass
+            assert time.monotonic() < deadline
+            stop.set()
+        finally:
+            for c in half:
+                c.close()
+
+
 # ---- training on OpenEnv envs through the plugin ----------------------------------------------------------------
 @pytest.mark.slow
 def test_openenvs_scaffold_env_passes_check_env_and_trains_two_steps(tmp_path):

@@ -101,3 +101,90 @@ def test_an_episode_spends_at_most_its_budget_on_checks():
         assert env.grader.spent_s == 0.0
     finally:
         env.close()
+
+
+#: flooding clients of the served test; before the bounds each crafted check cost the whole 5 s check
+FLOODS = 16
+
+
+def test_a_served_cheap_answer_is_not_stalled_behind_a_flood_of_crafted_ones():
+    """``ragen serve-env metamathqa`` (its server, 2 worker processes) with 16 clients each sending crafted answers
+    back to back: a client answering with the gold, submitted while the floods are in flight, gets its verdict
+    within a bound (30 s) that is generous for a loaded 2-core machine and far below what waiting behind the floods'
+    whole checks costs (16 x 5 s; a worker calls one env at a time, so the cheap step queues behind the crafted
+    steps of its worker, ~8 x 5 s before the bounds). The test checks that the floods were really in flight around
+    the cheap step and spread over both workers (placement and ordering, not a tight wall clock). What it cannot
+    make certain: a worker's queue is a lock, not first come first served, so a cheap step may be let in early;
+    measured on 2 cores at load 8: 0.75 s and 10.4 s now, 20.3 s and 0.06 s before the bounds."""
+    import threading
+
+    import requests
+
+    from ragen.serve.http import make_server
+
+    options = {"max_attempts": 100, "max_turns": 100, "max_actions_per_episode": 100, "check_workers": 1}
+    server = make_server("metamathqa", options, host="127.0.0.1", port=0, workers=2, threads=FLOODS + 8)
+    url = f"http://127.0.0.1:{server.effective_port}"
+    threading.Thread(target=server.run, daemon=True).start()
+
+    def post(path, body, timeout=120):
+        r = requests.post(url + path, json=body, timeout=timeout)
+        assert r.status_code in (200, 201), r.text
+        return r.json()
+
+    stop = threading.Event()
+    spans: list[tuple[float, float]] = []  # (sent, answered) of every flood step
+    errors: list[BaseException] = []
+
+    def flood(i):
+        try:
+            eid = post("/episodes", {"seed": 100 + i})["episode"]
+            k = 0
+            while not stop.is_set():
+                t0 = time.monotonic()
+                answer = post(f"/episodes/{eid}/step", {"action": CRAFTED[(i + k) % len(CRAFTED)]})
+                spans.append((t0, time.monotonic()))
+                k += 1
+                if answer["terminated"] or answer["truncated"]:
+                    eid = post("/episodes", {"seed": 100 + i + k})["episode"]
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+
+    try:
+        # both workers and their symbolic pools are up before anything is timed (one symbolic check on each): a
+        # worker still starting would be an idle one for the cheap episode, which is no test of the floods
+        assert server.table.host.wait_ready(240) == 2
+        warm = [post("/episodes", {"seed": s})["episode"] for s in range(2)]
+        for eid in warm:
+            post(f"/episodes/{eid}/step", {"action": "x+1"})
+        for eid in warm:
+            requests.delete(f"{url}/episodes/{eid}", timeout=60)
+        threads = [threading.Thread(target=flood, args=(i,), daemon=True) for i in range(FLOODS)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while len(spans) < FLOODS and not errors:  # every flood is under way
+            assert time.monotonic() < deadline, "the floods never got going"
+            time.sleep(0.1)
+        # the floods are spread over both workers: the cheap episode shares one with half of them
+        assert all(w.open >= FLOODS // 2 - 1 for w in server.table.host.workers), [
+            w.open for w in server.table.host.workers]
+        eid = post("/episodes", {"seed": 7})["episode"]
+        gold = post(f"/episodes/{eid}/expert", {"k": 1})["actions"][0]
+        sent = time.monotonic()
+        verdict = post(f"/episodes/{eid}/step", {"action": gold})
+        waited = time.monotonic() - sent
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors
+        assert verdict["info"]["success"] is True and verdict["reward"] == 1.0, verdict
+        # the floods were in flight while the cheap step waited: sent before it, answered after it was sent
+        overlapping = sum(1 for t0, t1 in spans if t0 < sent < t1)
+        assert overlapping >= FLOODS // 2, (overlapping, len(spans))
+        print(f"cheap step: {waited:.2f} s behind {overlapping} crafted steps in flight ({len(spans)} in all)")
+        assert waited < 30.0, f"the cheap step waited {waited:.1f} s behind the floods"
+    finally:
+        stop.set()
+        server.close()
+        server.table.close()

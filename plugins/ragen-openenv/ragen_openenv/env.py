@@ -244,12 +244,17 @@ class Connection:
             raise OpenEnvError(f"OpenEnv server {self.where} answered {type(answer).__name__}, not an object")
         data = answer.get("data")
         if answer.get("type") == "error":
-            data = data if isinstance(data, dict) else {}
-            code = clip(data.get("code", "UNKNOWN"), 40)
+            fields = data if isinstance(data, dict) else {}
+            code = clip(fields.get("code") or "UNKNOWN", 40)
             if code in FATAL_CODES:
                 self.close()
-            raise OpenEnvError(f"OpenEnv server {self.where} answered {code}: {clip(data.get('message', ''))}",
-                               code=code, details=data)
+            message = clip(fields.get("message") or "")
+            missing = [f"a {key}" for key in ("code", "message") if not fields.get(key)]
+            if missing:  # say what came, never "UNKNOWN: " with nothing after it
+                message = (f"{message}; " if message else "") + (
+                    f"an error frame without {' or '.join(missing)}: "
+                    f"{clip(json.dumps(answer, ensure_ascii=False, default=str), 200)}")
+            raise OpenEnvError(f"OpenEnv server {self.where} answered {code}: {message}", code=code, details=fields)
         if not isinstance(data, dict):
             raise OpenEnvError(f"OpenEnv server {self.where} answered a {answer.get('type')!r} frame without data")
         return data

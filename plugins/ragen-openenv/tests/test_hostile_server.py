@@ -154,6 +154,19 @@ def test_an_error_message_is_clipped_and_stripped_before_it_is_logged():
     assert "EXECUTION_ERROR" in text and "\x1b" not in text and "\x07" not in text
 
 
+@pytest.mark.parametrize("frame, shown", [
+    ({"type": "error", "data": "Invalid JSON"}, "Invalid JSON"),  # the reason as a bare string, not an object
+    ({"type": "error"}, '{"type": "error"}'),
+    ({"type": "error", "data": {"code": "", "message": ""}}, '"code": ""'),
+])
+def test_an_error_frame_without_code_or_message_says_what_came(frame, shown):
+    """Such a frame used to read "answered UNKNOWN: " with nothing after it (the reason, sent as a string, was
+    dropped); now the message names what is missing and shows the frame, clipped."""
+    text = _step_fails(json.dumps(frame))
+    assert "answered UNKNOWN: " in text and "an error frame without a code or a message" in text, text
+    assert shown in text and not text.rstrip().endswith(":"), text
+
+
 def test_a_trickled_schema_times_out_at_the_whole_read_deadline():
     """One byte every 0.4 s: each socket read succeeds, so a per-read time-out never fires; the deadline does."""
     server = CraftedServer({"/schema": Answer(SCHEMA, chunk=1, every_s=0.4)})
@@ -162,6 +175,24 @@ def test_a_trickled_schema_times_out_at_the_whole_read_deadline():
         with pytest.raises(ConfigError, match="no whole answer within 1.5 s|before its deadline") as raised:
             ragen.make_env("openenv", url=server.url, timeout_s=1.5)
         assert time.monotonic() - t0 < 5 and "\n" not in str(raised.value)
+    finally:
+        server.stop()
+
+
+def test_a_trickled_or_oversize_head_of_schema_is_one_line():
+    """The status line and headers count against the same deadline as the body, and are capped at 64 KiB."""
+    server = CraftedServer({"/schema": Answer(SCHEMA, head_every_s=0.4)})
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match="no whole answer within 1.5 s") as raised:
+            ragen.make_env("openenv", url=server.url, timeout_s=1.5)
+        assert time.monotonic() - t0 < 5 and "\n" not in str(raised.value)
+    finally:
+        server.stop()
+    server = CraftedServer({"/schema": Answer(SCHEMA, head_padding=200_000)})
+    try:
+        with pytest.raises(ConfigError, match="status line and headers are over the 65536-byte cap"):
+            ragen.make_env("openenv", url=server.url, timeout_s=10)
     finally:
         server.stop()
 
