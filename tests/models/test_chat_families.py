@@ -127,3 +127,45 @@ def test_a_model_without_a_chat_template_is_refused_in_one_line(tiny, tmp_path):
                                     "--out", str(tmp_path / "e")), capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "no chat template" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_kv_reuse_with_sliding_window_layers_changes_nothing(gemma, temperature):
+    """Gemma 3 attends through a sliding window on most layers, whose cache keeps only its last window of keys: the
+    real model's `ragen eval` crashed reusing such a cache once a conversation outgrew the window. A tiny random
+    Gemma 3 whose window holds the first turn but not the second: the shared first-turn prefill is used, later turns
+    prefill in full, and the rollout is the one an engine without reuse plays."""
+    import torch
+    from rollout.test_runner import Recording, assert_token_exact
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    _, tok = gemma
+    fmt = ChatFormat(tok, enable_think=False)
+    options = {"response_length": 8, "max_turns": 3}
+    with EnvGroups("frozenlake", group_size=2, n_groups=1, options=options) as groups:
+        demo = run_rollout(ExpertEngine(tok, fmt.eos_id, enable_think=False), groups,
+                           SamplingParams(temperature=0.0, seed=0), RolloutSettings(chat_format=fmt))
+    first = demo.trajectories[0].segments[0][2]  # the first prompt's length
+    window = first + options["response_length"] + 4
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32,
+                              sliding_window=window, layer_types=["sliding_attention", "full_attention"],
+                              max_position_embeddings=4096, pad_token_id=tok.pad_token_id,
+                              bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = Gemma3ForCausalLM(config).eval()
+    runs = {}
+    for reuse in (False, True):
+        engine = Recording(HFEngine(model, tok, kv_reuse=reuse, share_prefill=reuse))
+        with EnvGroups("frozenlake", group_size=2, n_groups=1, options=options) as groups:
+            res = run_rollout(engine, groups, SamplingParams(temperature=temperature, seed=5),
+                              RolloutSettings(chat_format=fmt))
+        assert res.failed_envs == 0
+        assert_token_exact(res.trajectories, engine.calls)
+        runs[reuse] = (res.trajectories, engine.engine.kv_stats)
+    (plain, _), (reused, stats) = runs[False], runs[True]
+    assert stats.get("shared_prefill_tokens", 0) > 0  # the first turn fits the window: its prefill is shared
+    assert max(len(t.input_ids) for t in reused) > window  # and the conversation outgrew it
+    for a, b in zip(plain, reused):
+        assert a.input_ids == b.input_ids and a.loss_mask == b.loss_mask
+        assert a.rollout_logprobs == pytest.approx(b.rollout_logprobs, abs=1e-4)
