@@ -24,9 +24,11 @@ and its commit.
 
     python bench/real_llm.py --plan                         # the plan and its time estimate, run nothing
     python bench/real_llm.py --envs frozenlake --arms grpo --seeds 1
-    python bench/real_llm.py --model /path/to/model.gguf     # --model: smollm2, a GGUF file or a local HF folder
+    python bench/real_llm.py --model gemma3 --envs frozenlake  # Gemma-3-270M: bench/results/real_llm-gemma3.json
+    python bench/real_llm.py --model /path/to/model.gguf     # --model: smollm2, gemma3, a GGUF file, a local HF folder
 
-Needs the ``smollm2`` extra for the default model (docs/models.md).
+Needs the ``smollm2`` extra for the default model, the ``gemma3`` extra for ``--model gemma3`` (docs/models.md). The
+time estimate (COST) is SmolLM2-135M's: a larger model or vocabulary takes longer.
 """
 
 from __future__ import annotations
@@ -323,15 +325,20 @@ def main() -> None:
     ap.add_argument("--paired-levels", type=int, default=128, help="Held-out levels of the greedy before/after.")
     ap.add_argument("--train-levels", type=int, default=256,
                     help="Training levels the best fixed action sequence is chosen on.")
-    ap.add_argument("--model", default="smollm2", help="smollm2, a GGUF file or a local Hugging Face folder.")
+    ap.add_argument("--model", default="smollm2",
+                    help="smollm2, gemma3 (ragen's packaged models), a GGUF file or a local Hugging Face folder.")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per run (0 = every core).")
     ap.add_argument("--override", nargs="*", default=[], help="Extra section.key=value overrides for every run.")
     ap.add_argument("--run-dir", type=Path, default=None, help="Keep the runs here (default: a temp folder).")
-    ap.add_argument("--out", type=Path, default=RESULTS / "real_llm.json", help="JSON path (bench/results/real_llm*).")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="JSON path (default bench/results/real_llm.json for smollm2, real_llm-NAME.json for "
+                         "another model).")
     ap.add_argument("--fresh", action="store_true", help="Ignore the runs already in --out (overwrite it).")
     args = ap.parse_args()
     args.threads = args.threads or (os.cpu_count() or 1)
-    out = args.out
+    # one JSON per model (a resume refuses a JSON made with another model): real_llm-gemma3.json, real_llm-NAME.json
+    slug = "".join(c if c.isalnum() else "-" for c in Path(args.model.rstrip("/")).stem).strip("-")
+    out = args.out or RESULTS / ("real_llm.json" if args.model == "smollm2" else f"real_llm-{slug}.json")
     settings = settings_of(args)
     jobs = plan_jobs(args.envs, args.arms, args.seeds, args.steps)
 

@@ -49,7 +49,7 @@ env_option = click.option("--env", "env_name", help="Env variant (env.name).")
 
 
 model_option = click.option(
-    "--model", "model_name", help="tiny, smollm2, a Hugging Face id or a local path (model.name)."
+    "--model", "model_name", help="tiny, smollm2, gemma3, a Hugging Face id or a local path (model.name)."
 )
 
 

@@ -152,7 +152,7 @@ def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
 @cli.command("eval")
 @click.option("--env", "env_name", help="Env variant; several, comma-separated, play in one call and print one table.")
 @click.option("--model", "model_name", default="tiny", show_default=True,
-              help="tiny, a local path or a Hugging Face id.")
+              help="tiny, smollm2, gemma3, a local path or a Hugging Face id.")
 @click.option("-k", "k", default=1, show_default=True, help="Samples per seed (pass@k).")
 @click.option("--seeds", "n_groups", default=64, show_default=True, help="Validation seeds per env (123, 124, ...).")
 @click.option("--temperature", default=0.5, show_default=True, help="Sampling temperature (RAGEN validation: 0.5).")

