@@ -76,6 +76,9 @@ GRAD_SPIKE_FACTOR = 10.0
 #: the paired z at the end below this: the change RL made is within noise of none (paired.Z_THRESHOLD is the line for
 #: "better than noise"; below 1 there is not even a hint)
 NO_LEARNING_Z = 1.0
+#: ... and at or below this (a paired decrease beyond noise) the run made its policy worse: a high-severity finding,
+#: not "no change" (SmolLM2 on FrozenLake, 79% -> 70% at z -2.4, mostly from updates of zero-spread groups)
+REGRESSION_Z = -2.0
 #: training success rising by this much (absolute, with a trend) while held-out success does not: the run is learning
 #: its training levels, not the task
 OVERFIT_TRAIN_RISE = 0.1
@@ -547,6 +550,10 @@ def check_unstable(data: RunData) -> Check:
 
 
 NO_LEARNING = "no-learning"
+#: what usually helps when the paired change is a decrease beyond noise
+REGRESSION_ACTION = ("Lower trainer.actor_lr, and drop zero-spread groups (--filter zero-variance): Adam scales every "
+                     "update to about the learning rate, so steps whose advantages are all 0 still move the weights "
+                     "along the entropy bonus and the KL term alone. Check zero-signal first.")
 
 
 def check_no_learning(data: RunData) -> Check:
@@ -556,12 +563,14 @@ def check_no_learning(data: RunData) -> Check:
                                                           "0, or the run did not finish)")
     if p["paired/z"] >= NO_LEARNING_Z:
         return Check(NO_LEARNING, CLEAR)
+    worse = p["paired/z"] <= REGRESSION_Z
     return Check(NO_LEARNING, FOUND, Finding(
-        NO_LEARNING, "warning", f"greedy success on {int(p['paired/levels'])} held-out levels changed by "
-        f"{100 * p['paired/change']:+.1f} points (SE {100 * p['paired/se']:.1f}, z {p['paired/z']:.1f}): no change "
-        "distinguishable from noise",
-        (Evidence("paired/z", (p["step"],), (p["paired/z"], p["paired/change"], p["paired/se"]), NO_LEARNING_Z,
-                  "z, change, SE"),), RULE[NO_LEARNING].action))
+        NO_LEARNING, "high" if worse else "warning", f"greedy success on {int(p['paired/levels'])} held-out levels "
+        f"changed by {100 * p['paired/change']:+.1f} points (SE {100 * p['paired/se']:.1f}, z {p['paired/z']:.1f}): "
+        + ("RL made the policy worse, beyond noise" if worse else "no change distinguishable from noise"),
+        (Evidence("paired/z", (p["step"],), (p["paired/z"], p["paired/change"], p["paired/se"]),
+                  REGRESSION_Z if worse else NO_LEARNING_Z, "z, change, SE"),),
+        REGRESSION_ACTION if worse else RULE[NO_LEARNING].action))
 
 
 OVERFIT = "overfit-levels"

@@ -268,3 +268,16 @@ def test_docs_explain_every_finding():
     guide = (Path(__file__).resolve().parents[2] / "docs" / "diagnosis.md").read_text()
     for rule in dg.RULES:
         assert f"### `{rule.code}`" in guide, rule.code
+
+
+def test_a_real_model_run_that_got_worse_is_named():
+    """SmolLM2-135M-Instruct on FrozenLake from a warm start that reads (79% greedy on 128 held-out levels), 20 GRPO
+    steps at actor lr 5e-5 (docs/notes/2026-11-29-real-llm-reads.md), its metrics.jsonl as written: 75-100% of groups
+    had no reward spread, and greedy success fell to 70% (z -2.4). Both are named, the fall as worse, not as noise."""
+    d = dg.diagnose(DATA / "smollm2-frozenlake")
+    found = {f.code: f for f in d.findings}
+    assert found["zero-signal"].severity == "high"
+    worse = found["no-learning"]
+    assert worse.severity == "high" and "worse" in worse.summary and worse.action == dg.REGRESSION_ACTION
+    assert worse.evidence[0].values[0] == pytest.approx(-2.4, abs=0.01)
+    assert "blind-policy" not in found  # it reads its state: optimal moves far above chance
