@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import warnings
 from pathlib import Path
 
 import torch
@@ -26,18 +28,33 @@ def _lora_config(mcfg, task_type: str | None):
                       target_modules=target, task_type=task_type)
 
 
-def add_policy_adapters(model: torch.nn.Module, mcfg) -> torch.nn.Module:
-    """A peft model whose only trainable weights are the adapters ('all-linear' leaves the LM head alone)."""
+@contextlib.contextmanager
+def _checkpointing_alias_read():
+    """Wrapping a model (``PeftModel.__init__``, peft 0.17-0.21) reads ``model.is_gradient_checkpointing``, which
+    transformers 5.2x deprecated with a FutureWarning on every read; the alias returns ``is_activation_checkpointing``
+    (the supported name), so silencing exactly that warning around the wrap changes no value peft sees (peft still
+    prepares a model that checkpoints its activations). ragen itself never reads either name."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
+def _wrap(model: torch.nn.Module, task_type: str | None, mcfg) -> torch.nn.Module:
+    """``get_peft_model`` without transformers' deprecation warning (``_checkpointing_alias_read``)."""
     from peft import get_peft_model
 
-    return get_peft_model(model, _lora_config(mcfg, "CAUSAL_LM"))
+    with _checkpointing_alias_read():
+        return get_peft_model(model, _lora_config(mcfg, task_type))
+
+
+def add_policy_adapters(model: torch.nn.Module, mcfg) -> torch.nn.Module:
+    """A peft model whose only trainable weights are the adapters ('all-linear' leaves the LM head alone)."""
+    return _wrap(model, "CAUSAL_LM", mcfg)
 
 
 def add_critic_adapters(value_model: torch.nn.Module, mcfg) -> torch.nn.Module:
     """Adapters on the critic's backbone; the value head stays fully trainable."""
-    from peft import get_peft_model
-
-    value_model.base = get_peft_model(value_model.base, _lora_config(mcfg, None))
+    value_model.base = _wrap(value_model.base, None, mcfg)
     for p in value_model.value_head.parameters():
         p.requires_grad_(True)
     return value_model

@@ -37,6 +37,7 @@ def run_summary(run_dir: str | Path) -> dict:
         "rl_time_s": sum(r.get("timing/step_s", 0.0) or 0.0 for r in rows),
         "warmstart": bool(warm),
         "warmstart_cached": bool(warm.get("warmstart/cached", 0.0)),
+        "warmstart_stored": _warmstart_stored(Path(run_dir)) if warm else None,
         "demo_success": warm.get("sft/demo_success"),
         "first_step_valid_format_rate": next((r.get("rollout/valid_format_rate") for r in rows if r["step"] == 1),
                                              None),
@@ -67,6 +68,25 @@ def _updates(step_rows: list[dict], run_dir: Path) -> dict:
     updated = sum("actor/pg_loss" in r for r in step_rows)
     return {"steps": len(step_rows), "updated": updated, "gate": gate, "filtered": filtered,
             "skipped": len(step_rows) - updated - gate - filtered, "filter": _filter_name(run_dir)}
+
+
+def _warmstart_stored(run_dir: Path) -> bool:
+    """Whether the run's warm start went into the cache: ``warmstart.cache`` of config.yaml (on when unreadable, the
+    field's default); with it off the warm start is trained for this run alone (ragen/warmstart/cache.py)."""
+    from ragen.config import read_file
+
+    try:
+        return read_file(run_dir / "config.yaml")["warmstart"].get("cache", True) is not False
+    except (OSError, KeyError, TypeError, ValueError, AttributeError):
+        return True
+
+
+def _warmstart_origin(s: dict) -> str:
+    if s["warmstart_cached"]:
+        return "from the cache"
+    if s.get("warmstart_stored") is False:
+        return "trained for this run, not cached (warmstart.cache=false)"
+    return "trained and cached"
 
 
 def _filter_name(run_dir: Path) -> str:
@@ -112,7 +132,7 @@ def format_summary(s: dict) -> str:
     """One screen of text for the end of ``ragen run``."""
     lines = [f"Run summary ({s['run_dir']})"]
     if s["warmstart"]:
-        lines.append(f"  warm start: {'from the cache' if s['warmstart_cached'] else 'trained and cached'}; "
+        lines.append(f"  warm start: {_warmstart_origin(s)}; "
                      f"the demonstrations' own success {_pct(s['demo_success'])}")
     lines.append(f"  RL: {s['steps']} steps in {s['rl_time_s'] / 60:.1f} min; valid format at step 1: "
                  f"{_pct(s['first_step_valid_format_rate'])}")

@@ -27,6 +27,35 @@ SMALL = [
 ]
 
 
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=2))
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_adding_adapters_reads_no_deprecated_alias_and_keeps_peft_preparation(checkpointing):
+    """transformers 5.2x warns on every read of ``is_gradient_checkpointing``, which peft's wrap reads: the adapters
+    are added without that warning, and peft still prepares a model that checkpoints its activations (its input
+    embeddings' output requires grad, so the recomputed blocks get gradients) and leaves one that does not alone."""
+    import warnings
+
+    from ragen.models.lora import add_policy_adapters
+
+    model = _tiny_llama()
+    if checkpointing:  # transformers 5.2x's name, else the older one
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    mcfg = load_config(overrides=["model.lora_rank=4", "model.lora_alpha=8"]).model
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        wrapped = add_policy_adapters(model, mcfg)
+    assert not [w for w in seen if "is_gradient_checkpointing" in str(w.message)], [str(w.message) for w in seen]
+    assert any("lora_" in k for k, v in wrapped.named_parameters() if v.requires_grad)
+    embedded = wrapped.get_input_embeddings()(torch.tensor([[1, 2, 3]]))
+    assert embedded.requires_grad == checkpointing
+
+
 @pytest.mark.slow
 def test_lora_two_steps_change_only_adapters_and_export_loads_with_peft(tmp_path):
     from peft import PeftModel

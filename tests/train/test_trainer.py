@@ -174,3 +174,23 @@ def test_default_format_penalty_is_below_every_valid_sokoban_turn():
     env = ragen.make_env("sokoban")
     worst_valid_turn = env.config.max_actions_per_turn * STEP_PENALTY  # moves that push nothing
     assert load_config().trainer.format_penalty < worst_valid_turn
+
+
+def test_turn_placement_puts_each_reward_on_its_turns_last_sampled_token():
+    """collate(placement='turn'): a turn's reward + penalty on the last sampled (loss-masked) position inside its span,
+    a turn without sampled tokens skipped (no reward, no turn score), the trajectory's score on its last sampled
+    token otherwise."""
+    from types import SimpleNamespace as NS
+
+    from ragen.train.batch import collate
+
+    mask = [0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0]  # turn 1: positions 2-3; turn 2: none sampled; turn 3: 8-10
+    traj = NS(input_ids=list(range(12)), loss_mask=mask, rollout_logprobs=[0.0] * 12, group_id=0, blocks=None,
+              turns=[NS(span=(2, 4), reward=1.0, penalty=0.0), NS(span=(4, 6), reward=5.0, penalty=0.0),
+                     NS(span=(6, 12), reward=0.5, penalty=-1.0)])
+    turn = collate([traj], 0, [0.5], placement="turn")
+    assert {j: float(v) for j, v in enumerate(turn.token_rewards[0]) if v} == {3: 1.0, 10: -0.5}
+    assert turn.turn_scores[0].tolist() == [1.0, -0.5, 0.0]
+    assert turn.turn_ids[0].tolist() == [-1, -1, 0, 0, -1, -1, -1, -1, 2, 2, 2, -1]
+    whole = collate([traj], 0, [0.5])
+    assert {j: float(v) for j, v in enumerate(whole.token_rewards[0]) if v} == {10: 0.5}

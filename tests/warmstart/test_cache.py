@@ -183,6 +183,32 @@ def test_summary_reads_metrics_jsonl(tmp_path):
     assert "+25.0 points" in text and "from the cache" in text and "25.0%" in text and "50.0%" in text
 
 
+@pytest.mark.parametrize(("cache_on", "cached", "says"), [
+    (True, 0.0, "warm start: trained and cached;"),
+    (True, 1.0, "warm start: from the cache;"),
+    (False, 0.0, "warm start: trained for this run, not cached (warmstart.cache=false);"),
+])
+def test_summary_says_whether_the_warm_start_was_cached(tmp_path, cache_on, cached, says):
+    from ragen.train.provenance import resolved_config
+    from ragen.train.runlog import RunWriter
+
+    cfg = load_config(overrides=["env.name=frozenlake", *FAST, f"warmstart.cache={str(cache_on).lower()}"])
+    RunWriter(tmp_path, resolved_config(cfg)).close()  # config.yaml as a run writes it
+    rows = [{"step": 0, "sft/demo_success": 1.0, "warmstart/cached": cached},
+            {"step": 0, "val/success": 0.25, "val/num_trajectories": 8.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = format_summary(run_summary(tmp_path))
+    assert says in text and text.count("warm start:") == 1
+
+
+@pytest.mark.slow
+def test_a_run_without_the_cache_does_not_say_cached(tmp_path):
+    proc, rows = _run(tmp_path, "n", "warmstart.cache=false", cache=tmp_path / "cache")
+    assert next(r for r in rows if "sft/demo_success" in r)["warmstart/cached"] == 0.0
+    assert "warm start: trained for this run, not cached (warmstart.cache=false)" in proc.stdout
+    assert "trained and cached" not in proc.stdout and not (tmp_path / "cache" / "warmstart").exists()
+
+
 def test_summary_of_a_change_without_spread_prints_no_nan(tmp_path):
     rows = [{"step": 0, "val/success": 0.0, "val/num_trajectories": 1.0},
             {"step": 1, "timing/step_s": 1.0, "val/success": 0.0, "val/num_trajectories": 1.0}]
