@@ -16,10 +16,10 @@
   ``[pad | cached | pad | new]``; positions come from the attention mask (``cumsum - 1``), so each row keeps the
   positions its cached keys were computed at. Entries not consumed by the next call are dropped (memory = one call's
   rows), and ``sync_weights`` clears them all: keys computed by old weights are never reused. A model with
-  sliding-window layers (Gemma 3: a 512-token window on five layers of six) reuses keys only in calls whose prompt
-  and response fit in its window (``_attention_window``): past it those layers keep only their last window of keys,
-  and the padding in the middle of a reused row would move keys across the window's edge; longer calls prefill in
-  full, as without reuse.
+  sliding-window layers (Gemma 3: a 512-token window on five layers of six) reuses keys only in calls whose layout
+  and response fit in its window (``_attention_window``, ``_room``): past it those layers keep only their last window
+  of keys, and the padding in the middle of a reused row would move keys across the window's edge; wider calls
+  prefill in full, as without reuse.
 * Decode paths (``decode=``): ``'plain'`` grows an eager cache (``_new_cache``) and runs the model eagerly, as above.
   ``'static'`` keeps the keys/values in transformers' ``StaticCache`` (fixed shapes, written in place), which is what
   lets ``generate`` run its decoding step through ``torch.compile`` (mode ``reduce-overhead``: CUDA graphs) - on CUDA
@@ -256,24 +256,30 @@ class HFEngine:
                 best, entry = n, kv
         return best, entry
 
-    def _fits_window(self, prompts: list[list[int]], max_new_tokens: int) -> bool:
-        """Whether cached keys may be used in this call: always, unless the model has sliding-window layers and the
-        call's longest prompt plus its response cap reach past the window (module doc)."""
+    def _room(self, max_new_tokens: int) -> int | None:
+        """The widest ``[pad | cached | pad | new]`` layout whose cached keys may be used in this call: None (any)
+        unless the model has sliding-window layers, else what leaves the response cap inside the window (module
+        doc). It bounds the layout's width, not the longest prompt: the padding between a row's cached and new
+        tokens counts too, since those layers keep their last window of cache columns, padding included."""
         config = self.model.config
         if self._window_of[0] is not config:
             self._window_of = (config, _attention_window(config))
         window = self._window_of[1]
-        return window is None or max(map(len, prompts)) + int(max_new_tokens) < window
+        return None if window is None else window - int(max_new_tokens) - 1
 
-    def _layout(self, prompts: list[list[int]], reuse: bool = True):
+    def _layout(self, prompts: list[list[int]], reuse: bool = True, room: int | None = None):
         """Input ids, attention mask and (if any row starts from cached keys) the per-layer (K, V) of the cached part:
         ``[pad | cached | pad | new]``. Cached parts come from the previous call (KV reuse) or, for prompts that
         several rows share (a group's first turn), from one prefill of the shared prompt (``_shared_prefill``).
-        ``reuse=False``: plain left padding, no cached part."""
+        ``reuse=False``, or a cached layout wider than ``room`` (``_room``): plain left padding, no cached part."""
+        reuse = reuse and (room is None or max(map(len, prompts)) <= room)
         hits = [self._cached_prefix(p) if self.kv_reuse and reuse else (0, None) for p in prompts]
-        self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)  # across turns; shared prefills are counted apart
+        reused = sum(n for n, _ in hits)  # across turns; shared prefills are counted apart
         if self.share_prefill and reuse:
             hits = self._shared_prefill(prompts, hits)
+        if room is not None and max(n for n, _ in hits) + max(len(p) - n for p, (n, _) in zip(prompts, hits)) > room:
+            hits, reused = [(0, None)] * len(prompts), 0
+        self.kv_stats["reused_tokens"] += reused
         C = max(n for n, _ in hits)
         S = max(len(p) - n for p, (n, _) in zip(prompts, hits))
         width = C + S
@@ -358,7 +364,7 @@ class HFEngine:
 
         device = self.device
         # left padding (and cached rows, if any)
-        input_ids, attention_mask, prefill = self._layout(prompts, self._fits_window(prompts, params.max_new_tokens))
+        input_ids, attention_mask, prefill = self._layout(prompts, room=self._room(params.max_new_tokens))
         width = input_ids.shape[1]
         cached = prefill[0][0].shape[-2] if prefill else 0
         if self.decode == "plain":
