@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from ragen.config import load_config
 from ragen.config.schema import PROMPTS
 from ragen.envs.resolved import DEMO_SEED_BASE, VAL_SEED_BASE, SeedRule
 from ragen.models import builtin
@@ -41,6 +42,7 @@ from ragen.rollout import ChatFormat, EnvGroups, GroupSpec, RolloutSettings, Sam
 from ragen.rollout.expert import ExpertEngine
 from ragen.rollout.hf import HFEngine
 from ragen.warmstart.sft import TorchOptimizer, sft
+from ragen.warmstart.sft import prompt_weight as resolved_prompt_weight
 
 #: the depth experiment's model: `small` with 4 layers
 builtin.BUILTIN_MODELS.setdefault("deep", {**builtin.BUILTIN_MODELS["small"], "num_layers": 4})
@@ -87,8 +89,8 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"warmstart-reading-{os.getpid()}"
     torch.manual_seed(a.seed)
-    real = a.model not in builtin.BUILTIN_MODELS
-    prompt_weight = a.prompt_weight if a.prompt_weight is not None else (0.0 if real else 1.0)
+    given = [] if a.prompt_weight is None else [f"warmstart.prompt_loss_weight={a.prompt_weight}"]
+    prompt_weight = resolved_prompt_weight(load_config(overrides=[f"model.name={a.model}", *given]))
     t0 = time.perf_counter()
     model, tok = load_model_and_tokenizer(str(a.load or a.model), work, [a.env], dtype="float32", device="cpu")
     fmt = ChatFormat(tok, enable_think=parser_thinks(a.parser))
