@@ -28,7 +28,8 @@ MAX_OBSERVATION_CHARS = 100_000
 MAX_ACTION_NAMES, MAX_ACTION_NAME_CHARS = 1_000, 200
 #: the largest reward (in absolute value) a client accepts from a server: past it a number is an overflow, not a score
 MAX_ABS_REWARD = 1e6
-#: bytes of an answer's status line and headers a client reads (http.client alone allows 100 lines of 64 KiB each)
+#: bytes of an answer's status line and headers a client reads (http.client alone allows 100 lines of 64 KiB each),
+#: and of a request's head the OpenEnv server takes (ragen/serve/openenv.py)
 MAX_HEADER_BYTES = 64 << 10
 
 #: URL query keys whose values are secrets (``?token=...``)

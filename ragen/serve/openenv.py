@@ -55,7 +55,7 @@ from ragen.serve.http import (
     check_token,
     token_from_environment,
 )
-from ragen.serve.net import MAX_ACTION_CHARS
+from ragen.serve.net import MAX_ACTION_CHARS, MAX_HEADER_BYTES
 from ragen.serve.table import client_cap
 
 try:
@@ -69,8 +69,9 @@ except ImportError as _exc:  # the optional extra is not installed
 #: the OpenEnv minor version this adapter was tested with (the `openenv` extra pins it)
 TESTED_OPENENV = "0.10"
 MAX_IDLE_ENVS = 64
-#: bytes of a request's line and headers (uvicorn's h11 ``max_incomplete_event_size``: a larger head is a 400)
-MAX_HEAD_BYTES = 64 << 10
+#: bytes of a request's line and headers (uvicorn's h11 ``max_incomplete_event_size``: a larger head is a 400): the
+#: cap ragen's clients put on an answer's head, the same on both sides of the wire
+MAX_HEAD_BYTES = MAX_HEADER_BYTES
 
 
 # ---- the wire models -------------------------------------------------------------------------------------------
