@@ -92,3 +92,45 @@ class CraftedServer:
     def stop(self):
         self.stopping.set()
         self.sock.close()
+
+
+class HalfSentFlood:
+    """The slow-loris side of the attack on a server: ``half`` connections that send a POST's head to ``path`` and half
+    its body, ``silent`` that send nothing, and one that trickles a request head one byte every 0.5 s (never idle).
+    ``connections`` are all of them, for checking that the server closes each; leaving the block stops the trickle
+    and closes what is left."""
+
+    def __init__(self, port: int, path: str, half: int = 150, silent: int = 0):
+        self.port, self.path, self.n_half, self.n_silent = port, path, half, silent
+        self.stop = threading.Event()
+        self.half: list[socket.socket] = []
+        self.trickle: socket.socket | None = None
+
+    def __enter__(self) -> HalfSentFlood:
+        for i in range(self.n_half + self.n_silent):
+            c = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            if i < self.n_half:
+                c.sendall(f"POST {self.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: 100\r\n\r\n{\"seed\": ".encode())
+            self.half.append(c)
+        self.trickle = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        threading.Thread(target=self._drip, daemon=True).start()
+        return self
+
+    def _drip(self) -> None:
+        try:
+            for byte in f"POST {self.path} HTTP/1.1\r\nHost: x\r\n".encode() * 10:
+                if self.stop.wait(0.5):
+                    return
+                self.trickle.sendall(bytes([byte]))
+        except OSError:
+            return  # closed by the server: what the test wants
+
+    @property
+    def connections(self) -> list[socket.socket]:
+        return [*self.half, self.trickle]
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for c in self.half:
+            c.close()

@@ -189,35 +189,13 @@ def test_half_sent_requests_deny_no_service_and_are_closed_at_their_deadline():
     auth never runs before the body), silent ones and a one-byte-every-0.5-s trickle were held for ever. Now an
     authorised call (HTTP and a WebSocket session) is answered at once and the server closes every one of them at
     the request deadline; a body over 1 MiB is a 413; one peer address holds at most its share of the sessions."""
-    import socket
-    import threading
-
+    from crafted_server import HalfSentFlood
     from websockets.sync.client import connect
 
     auth = {"Authorization": "Bearer t0ken-abuse"}
     with served_ragen("frozenlake", token="t0ken-abuse", max_sessions=4, max_client_sessions=1,
                       request_deadline_s=2.0) as server:
-        half = []
-        try:
-            for i in range(170):
-                c = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-                if i < 150:
-                    c.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                              b"Content-Length: 100\r\n\r\n{\"seed\": ")
-                half.append(c)  # the last 20 send nothing
-            trickle = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-            stop = threading.Event()
-
-            def drip():
-                try:
-                    for byte in b"POST /reset HTTP/1.1\r\nHost: x\r\n" * 10:
-                        if stop.wait(0.5):
-                            return
-                        trickle.sendall(bytes([byte]))
-                except OSError:
-                    return  # closed by the server: what the test wants
-
-            threading.Thread(target=drip, daemon=True).start()
+        with HalfSentFlood(server.port, "/reset", half=150, silent=20) as flood:
             t0 = time.monotonic()
             r = requests.post(f"{server.url}/reset", json={"seed": 1}, headers=auth, timeout=10)
             assert r.status_code == 200 and time.monotonic() - t0 < 5, r.text
@@ -243,7 +221,7 @@ def test_half_sent_requests_deny_no_service_and_are_closed_at_their_deadline():
                 **auth, "Content-Type": "application/json"}, timeout=10)
             assert big.status_code == 413, big.text
             deadline = time.monotonic() + 10
-            for c in [*half, trickle]:
+            for c in flood.connections:
                 try:
                     while True:  # a half-sent request may get the token gate's 401 first, then the close
                         c.settimeout(max(0.1, deadline - time.monotonic()))
@@ -252,10 +230,6 @@ def test_half_sent_requests_deny_no_service_and_are_closed_at_their_deadline():
                 except ConnectionResetError:
                     pass
             assert time.monotonic() < deadline
-            stop.set()
-        finally:
-            for c in half:
-                c.close()
 
 
 # ---- training on OpenEnv envs through the plugin ----------------------------------------------------------------

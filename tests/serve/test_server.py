@@ -377,47 +377,25 @@ def test_half_sent_requests_deny_no_service_and_are_closed_at_their_deadline():
     """150 connections that send a POST's headers and half its body (no token needed: auth never runs) used to take
     every connection slot (waitress's 100) until its 120 s idle time-out; a trickle of one byte every 0.5 s never
     went idle. Now an authorised call goes through at once and the server closes them at the request deadline."""
-    import socket
+
+    from crafted_server import HalfSentFlood
 
     s = Serving(token="t0ken-abuse", request_deadline_s=2.0)
-    port = s.server.effective_port
-    half = []
     try:
-        for _ in range(150):
-            c = socket.create_connection(("127.0.0.1", port), timeout=10)
-            c.sendall(b"POST /episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 100\r\n\r\n{\"seed\": ")
-            half.append(c)
-        trickle = socket.create_connection(("127.0.0.1", port), timeout=10)
-        stop = threading.Event()
-
-        def drip():
-            try:
-                for byte in b"POST /episodes HTTP/1.1\r\nHost: x\r\n" * 10:
-                    if stop.wait(0.5):
-                        return
-                    trickle.sendall(bytes([byte]))
-            except OSError:
-                return  # closed by the server: what the test wants
-
-        dripping = threading.Thread(target=drip, daemon=True)
-        dripping.start()
-        t0 = time.monotonic()
-        r = requests.post(s.url + "/episodes", json={"seed": 1}, headers={"Authorization": "Bearer t0ken-abuse"},
-                          timeout=10)
-        assert r.status_code == 201 and time.monotonic() - t0 < 5, r.text
-        deadline = time.monotonic() + 10
-        for c in [*half, trickle]:
-            c.settimeout(max(0.1, deadline - time.monotonic()))
-            try:
-                assert c.recv(1) == b""  # closed by the server, not by our time-out
-            except ConnectionResetError:
-                pass
-        assert time.monotonic() < deadline
-        stop.set()
+        with HalfSentFlood(s.server.effective_port, "/episodes") as flood:
+            t0 = time.monotonic()
+            r = requests.post(s.url + "/episodes", json={"seed": 1},
+                              headers={"Authorization": "Bearer t0ken-abuse"}, timeout=10)
+            assert r.status_code == 201 and time.monotonic() - t0 < 5, r.text
+            deadline = time.monotonic() + 10
+            for c in flood.connections:
+                c.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    assert c.recv(1) == b""  # closed by the server, not by our time-out
+                except ConnectionResetError:
+                    pass
+            assert time.monotonic() < deadline
     finally:
-        for c in half:
-            c.close()
         s.stop()
 
 
