@@ -6,13 +6,19 @@ Each run is as small as its claim needs (one episode of one turn, 12 tokens, one
 forward and backward pass of this model runs at 40-80 tokens/s."""
 
 import importlib.util
-import json
-import os
-import re
-import subprocess
 
 import pytest
-from conftest import ragen_cmd
+from models.real_model_runs import (
+    assert_eval_reloads,
+    assert_resume_runs_one_more_step,
+    assert_update_trains_on_the_sampled_ids,
+    assert_warm_start_one_rl_step_and_export,
+    ragen,
+    recorded_step,
+    rows,
+    slice_overrides,
+    warm_run_folder,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,69 +31,28 @@ pytestmark = [
     ),
 ]
 
-#: the smallest run that still rolls out, updates and compares: one group of two one-turn episodes of 12 tokens
-SLICE = [
-    "env.options.max_turns=1", "rollout.response_length=12", "rollout.n_groups=1", "rollout.group_size=2",
-    "rollout.n_paired_levels=2", "rollout.n_val_groups=1", "trainer.test_freq=0", "trainer.ppo_mini_batch_size=2",
-    "trainer.micro_batch_size=2", "collapse.enabled=false", "early_stop.enabled=false", "logging.progress=false",
-    "logging.save_trajectories=0",
-]
-#: a warm start of one demo, one pass, not cached (the user's cache stays as it is)
-WARM = ["--warmstart", "warmstart.episodes=1", "warmstart.epochs=1", "warmstart.batch_size=1", "warmstart.cache=false"]
-
-
-def ragen(*args, cwd=None):
-    proc = subprocess.run(ragen_cmd(*args), capture_output=True, text=True, timeout=2400, cwd=cwd,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert proc.returncode == 0, f"ragen {' '.join(args[:3])} exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
-    return proc
-
-
-def rows(run) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+#: one group of two one-turn episodes of 12 tokens
+SLICE = slice_overrides(response_length=12, paired_levels=2)
+#: seconds per `ragen` subprocess
+TIMEOUT = 2400
 
 
 @pytest.fixture(scope="module")
 def warm_run(tmp_path_factory):
     """`ragen run --env frozenlake --algo grpo --model smollm2 --warmstart` for one step, answer-only, compact frame."""
-    root = tmp_path_factory.mktemp("smollm2")
-    proc = ragen("run", "--env", "frozenlake", "--algo", "grpo", "--model", "smollm2", "--parser", "answer",
-                 "rollout.prompt=compact", *WARM, *SLICE, "trainer.steps=1", f"logging.run_dir={root}",
-                 "logging.name=r")
-    return root / "r", proc
+    return warm_run_folder(tmp_path_factory.mktemp("smollm2"), "smollm2", SLICE, timeout=TIMEOUT)
 
 
 def test_warm_start_one_rl_step_and_export(warm_run):
-    run, proc = warm_run
-    assert "Traceback" not in proc.stderr
-    metrics = rows(run)
-    warm = next(r for r in metrics if "sft/demos" in r)
-    assert warm["sft/demos"] == 1.0 and warm["warmstart/cached"] == 0.0
-    assert [r["step"] for r in metrics if r.get("timing/step_s") is not None] == [1]
-    assert any(r.get("paired/change") is not None for r in metrics)  # the greedy before/after ran
-    final = run / "final"
-    assert (final / "config.json").is_file() and not list(final.glob("*.gguf"))  # a plain HF folder
-    info = json.loads((run / "model-source" / "warmstart" / "warmstart.json").read_text())
-    assert info["inputs"]["warmstart"]["epochs"] == 1 and info["inputs"]["model"]["name"] == "smollm2"
+    assert_warm_start_one_rl_step_and_export(*warm_run, model="smollm2")
 
 
 def test_ragen_eval_reloads_the_exported_folder(warm_run, tmp_path):
-    run, _ = warm_run
-    ragen("eval", "--env", "frozenlake", "--model", str(run / "final"), "--seeds", "1", "--temperature", "0",
-          "-o", "max_turns=1", "-o", "response_length=12", "--out", str(tmp_path / "e"))
-    m = json.loads((tmp_path / "e" / "metrics.json").read_text())
-    assert m["levels"] == 1 and m["failed_envs"] == 0 and m["model"] == str(run / "final")
+    assert_eval_reloads(warm_run[0], tmp_path / "e", response_length=12, timeout=TIMEOUT)
 
 
 def test_resume_runs_one_more_step(warm_run):
-    run, _ = warm_run
-    cfg = run / "config.yaml"
-    text, n = re.subn(r"^(\s*)steps: 1$", r"\1steps: 2", cfg.read_text(), flags=re.M)
-    assert n == 1
-    cfg.write_text(text)
-    ragen("run", "--resume", str(run))
-    steps = [r["step"] for r in rows(run) if r.get("timing/step_s") is not None]
-    assert steps == [1, 2]
+    assert_resume_runs_one_more_step(warm_run[0], timeout=TIMEOUT)
 
 
 def test_lora_on_cpu_end_to_end(tmp_path):
@@ -95,61 +60,19 @@ def test_lora_on_cpu_end_to_end(tmp_path):
     pytest.importorskip("peft", reason="LoRA needs peft (pip install 'ragen[lora]')")
     ragen("run", "--env", "frozenlake", "--algo", "grpo", "--model", "smollm2", "--no-warmstart", "--parser", "answer",
           *SLICE, "model.lora_rank=8", "model.lora_alpha=16", "trainer.steps=1", f"logging.run_dir={tmp_path}",
-          "logging.name=r")
+          "logging.name=r", timeout=TIMEOUT)
     final = tmp_path / "r" / "final"
     assert (final / "adapter").is_dir() and (final / "config.json").is_file()
     step = next(r for r in rows(tmp_path / "r") if r.get("timing/step_s") is not None)
     assert step["actor/skipped_updates"] == 0.0
     ragen("eval", "--env", "frozenlake", "--model", str(final), "--seeds", "1", "--temperature", "0",
-          "-o", "max_turns=1", "-o", "response_length=12", "--out", str(tmp_path / "e"))
+          "-o", "max_turns=1", "-o", "response_length=12", "--out", str(tmp_path / "e"), timeout=TIMEOUT)
 
 
 def test_the_update_trains_on_the_token_ids_the_rollout_sampled(tmp_path, monkeypatch):
     """One GRPO step in process: every engine call is recorded, every trajectory is token-exact against them, and the
     batch the update's log-probs are computed on holds exactly those trajectories' ids and loss masks."""
-    import torch
-    from rollout.test_runner import assert_token_exact
-
-    from ragen.config import load_config
-    from ragen.rollout import HFEngine
-    from ragen.train.trainer import Trainer
-
-    calls, batches, trajs = [], [], []
-    generate = HFEngine.generate
-
-    def recording(self, prompts, params):
-        gens = generate(self, prompts, params)
-        calls.extend((list(p), g, params) for p, g in zip(prompts, gens))
-        return gens
-
-    monkeypatch.setattr(HFEngine, "generate", recording)
-    cfg = load_config(overrides=["env.name=frozenlake", "algo.name=grpo", "model.name=smollm2", "warmstart.mode=never",
-                                 "rollout.parser=answer", *SLICE, f"logging.run_dir={tmp_path}", "logging.name=r"])
-    trainer = Trainer(cfg, tmp_path / "r")
-    try:
-        train_batch, old_logprobs = trainer._rollout.train_batch, trainer.policy.old_logprobs
-
-        def keep_trajs(*a, **kw):
-            res = train_batch(*a, **kw)
-            trajs.extend(res.trajectories)
-            return res
-
-        def keep_batch(batch, *a, **kw):
-            batches.append(batch)
-            return old_logprobs(batch, *a, **kw)
-
-        monkeypatch.setattr(trainer._rollout, "train_batch", keep_trajs)
-        monkeypatch.setattr(trainer.policy, "old_logprobs", keep_batch)
-        trainer.step()
-    finally:
-        trainer.close()
-    assert len(trajs) == 2 and len(batches) == 1
-    assert_token_exact(trajs, calls)
-    batch = batches[0]
-    assert len(batch) == len(trajs)
-    for i in range(len(batch)):
-        k = int(batch.attention_mask[i].sum())
-        ids = batch.input_ids[i][:k].tolist()
-        traj = next(t for t in trajs if t.input_ids == ids)  # the row is one trajectory's ids, right-padded
-        assert batch.loss_mask[i][:k].tolist() == [float(m) for m in traj.loss_mask]
-        assert torch.allclose(batch.rollout_logprobs[i][:k], torch.tensor(traj.rollout_logprobs), atol=1e-6)
+    calls, trajs, batches = recorded_step(["env.name=frozenlake", "algo.name=grpo", "model.name=smollm2",
+                                           "warmstart.mode=never", "rollout.parser=answer", *SLICE],
+                                          tmp_path, monkeypatch)
+    assert_update_trains_on_the_sampled_ids(calls, trajs, batches)
