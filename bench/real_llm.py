@@ -54,8 +54,9 @@ RESULTS = Path(__file__).parent / "results"
 ARMS: dict[str, list[str]] = {
     # zero-spread groups dropped: from a warm start that reads, most GRPO groups all succeed, and updates on their zero
     # advantages still moved the weights (Adam, the entropy bonus): SmolLM2 on FrozenLake fell from 78.9% to 70.3%
-    # greedy in 20 steps at actor lr 5e-5 with them kept (docs/notes/2026-11-29-real-llm-reads.md); not yet measured
-    # with the filter
+    # greedy in 20 steps at actor lr 5e-5 with them kept. Dropping them is not enough: `--algo dapo` (the same drop,
+    # token-mean, no entropy bonus) fell to 69.5% at 5e-5 and 75.0% at 1e-5 (docs/notes/2026-11-29-real-llm-reads.md,
+    # section 5: credit per trajectory blames a failure's correct moves)
     "grpo": ["--algo", "grpo", "--filter", "zero-variance"],
     "ppo": ["--algo", "ppo"],
 }
