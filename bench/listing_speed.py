@@ -4,7 +4,9 @@
 Each round runs every listing command right after `python -c "import torch"` (A B A B ...), so a machine whose load
 drifts slows both sides of a pair alike; the ratios are medians of each side over the rounds. Wall time (what a user
 waits) and CPU time (user + sys of the child, which moves less on a busy machine) are both recorded, with the load
-average before and after. One untimed run of each command first fills the page cache.
+average before and after. One untimed run of each command first fills the page cache and writes the bytecode caches
+(``__pycache__``) an installed copy has: the commands run without ``PYTHONDONTWRITEBYTECODE``, which would otherwise
+make every run recompile ragen's modules (0.3 s of CPU, a third of a listing).
 
     python bench/listing_speed.py [--rounds 7] [--label after] [--out bench/results/listing_speed.json]
 """
@@ -25,6 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 LISTINGS = (("--help",), ("plugins",), ("envs",), ("plugins", "--json"), ("envs", "--json"))
+#: the environment of every timed command: bytecode caches written and read, as in an installed copy
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def ragen_command() -> list[str]:
@@ -37,7 +41,7 @@ def timed(argv: list[str]) -> tuple[float, float]:
     """(wall s, CPU s) of one run of ``argv``, output discarded; a failing command stops the benchmark."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600, env=ENV)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
