@@ -8,24 +8,25 @@ from ragen.models import openmp as _openmp
 
 _openmp.apply()  # before anything loads torch: OpenMP's wait policy is read once, then (ragen/models/openmp.py)
 
-from ragen.contract.algorithm import (
-    AdvantageInput,
-    AdvantageOutput,
-    AlgorithmPreset,
-    FilterInput,
-    FilterResult,
-    ShapeInput,
-    ShapeOutput,
-)
-from ragen.contract.env import Env, EnvConfig, Expert, TextSpace, option
-from ragen.contract.hookspecs import hookimpl
-from ragen.contract.parsing import Parsed, parse_response
-from ragen.contract.trajectory import Trajectory, TurnRecord
-from ragen.contract.variants import register_variants
+import importlib
+
 from ragen.errors import ConfigError, EnvError, PluginError, RagenError, RegistrationError, UnknownNameError
-from ragen.plugins.components import env_config_fields, list_components, list_envs, make_component, make_env
-from ragen.plugins.loader import broken_plugins, loaded_plugins
-from ragen.serve.net import TOKEN_ENV
+
+#: public name -> the module that defines it, imported at the first use of the name: the env contract imports
+#: gymnasium and numpy, which ``ragen --help`` (and many a script importing one name) never needs
+_EXPORTS = {
+    **dict.fromkeys(("AdvantageInput", "AdvantageOutput", "AlgorithmPreset", "FilterInput", "FilterResult",
+                     "ShapeInput", "ShapeOutput"), "ragen.contract.algorithm"),
+    **dict.fromkeys(("Env", "EnvConfig", "Expert", "TextSpace", "option"), "ragen.contract.env"),
+    "hookimpl": "ragen.contract.hookspecs",
+    **dict.fromkeys(("Parsed", "parse_response"), "ragen.contract.parsing"),
+    **dict.fromkeys(("Trajectory", "TurnRecord"), "ragen.contract.trajectory"),
+    "register_variants": "ragen.contract.variants",
+    **dict.fromkeys(("env_config_fields", "list_components", "list_envs", "make_component", "make_env"),
+                    "ragen.plugins.components"),
+    **dict.fromkeys(("broken_plugins", "loaded_plugins"), "ragen.plugins.loader"),
+    "TOKEN_ENV": "ragen.serve.net",
+}
 
 __version__ = "0.1.0"
 
@@ -63,3 +64,22 @@ __all__ = [
     "parse_response",
     "register_variants",
 ]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        if not name.startswith("_"):  # a subpackage as an attribute (``ragen.plugins``), as an eager import left it
+            try:
+                return importlib.import_module(f"{__name__}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{__name__}.{name}":
+                    raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ragen.cli.group import cli
+from ragen.cli.group import cli, only_printed
 from ragen.cli.options import checked_parser, key_values, parser_options, resolved_parser
 from ragen.cli.tables import (
     echo_wrapped,
@@ -27,6 +27,7 @@ from ragen.errors import RagenError
 @wide_option
 def plugins(as_json: bool) -> None:
     """List installed plugins, their versions and components, and broken plugins with their errors."""
+    only_printed()
     from ragen.plugins.loader import (
         KINDS,
         broken_plugins,
@@ -83,6 +84,7 @@ PRESET_COLUMNS = ("estimator", "use_critic", "clip_ratio_low", "clip_ratio_high"
 @wide_option
 def algos(as_json: bool) -> None:
     """List algorithm presets (--algo) and the estimators, filters and shapers they combine, with their settings."""
+    only_printed()
     import attrs
 
     from ragen.plugins.components import missing_parts
@@ -117,6 +119,7 @@ def algos(as_json: bool) -> None:
 @wide_option
 def envs(name: str | None, as_json: bool) -> None:
     """List registered environments, or show one env's config fields."""
+    only_printed()
     from ragen.plugins.components import env_config_fields
     from ragen.plugins.loader import get_registry
 

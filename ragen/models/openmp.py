@@ -32,14 +32,19 @@ choice: dict[str, str] = {}
 
 def others_running(samples: int = SAMPLES, interval: float = INTERVAL_S) -> int:
     """Runnable tasks other than this one, now: the median of ``samples`` reads of /proc/loadavg's fourth field
-    (runnable/total, this reader included). 0 where the file does not exist (not Linux)."""
-    counts = []
+    (runnable/total, this reader included). 0 where the file does not exist (not Linux).
+
+    A count read more than ``samples // 2`` times is the median whatever the other reads say, so the reading stops
+    there: on a quiet machine 3 reads of 5, and every ``import ragen`` (a listing too) waits 20 ms, not 40."""
+    counts: list[int] = []
     for i in range(samples):
         try:
             with open("/proc/loadavg") as f:
                 counts.append(int(f.read().split()[3].split("/")[0]) - 1)
         except (OSError, ValueError, IndexError):
             return 0
+        if counts.count(counts[-1]) > samples // 2:
+            return counts[-1]
         if i + 1 < samples:
             time.sleep(interval)
     return sorted(counts)[len(counts) // 2]

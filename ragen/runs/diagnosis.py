@@ -21,7 +21,6 @@ from pathlib import Path
 import attrs
 
 from ragen.errors import RagenError
-from ragen.log import log
 from ragen.runs import plot
 
 SEVERITIES = ("info", "warning", "high")
@@ -784,6 +783,8 @@ class Watcher:
     def warn(self, step: int, metrics: dict) -> None:
         """The loop's hook: one warning line per new finding. A failure is logged, not raised: a diagnosis must never
         stop a run."""
+        from ragen.log import log  # structlog: imported by a run, not by every command that reads this module
+
         try:
             new = self(step, metrics)
         except Exception as exc:  # noqa: BLE001 - any rule bug must leave training running

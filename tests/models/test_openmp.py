@@ -100,3 +100,23 @@ def test_the_wait_policy_changes_no_number_of_a_run(tmp_path, monkeypatch):
     assert len(runs[0]) >= 3
     for a, b in zip(*runs, strict=True):
         assert a == b, {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+@pytest.mark.parametrize("reads, median, opened", [
+    ([3, 3, 3, 9, 9], 2, 3),  # a count read 3 times of 5 is the median: the last two reads are skipped
+    ([1, 5, 5, 2, 5], 4, 5),
+    ([1, 9, 4, 2, 7], 3, 5),  # no count repeats: all five reads, their median
+    ([1, 8, 1, 8, 1], 0, 5),  # the majority is known at the last read only
+])
+def test_others_running_stops_reading_once_the_median_is_known(monkeypatch, reads, median, opened):
+    import io
+
+    left = list(reads)
+
+    def fake_open(path):
+        return io.StringIO(f"0.50 0.40 0.30 {left.pop(0)}/300 12345\n")
+
+    monkeypatch.setattr(openmp, "open", fake_open, raising=False)
+    monkeypatch.setattr(openmp.time, "sleep", lambda s: None)
+    assert openmp.others_running(samples=5, interval=0.01) == median
+    assert len(reads) - len(left) == opened

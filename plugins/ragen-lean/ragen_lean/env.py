@@ -38,7 +38,6 @@ from ragen_lean.backend import ProblemLoadError, ProofState, ProverBackend, Prov
 from ragen_lean.coq import DEFAULT_PRELUDE, CoqBackend
 from ragen_lean.curriculum import CURRICULUM
 from ragen_lean.expert import KnownProofExpert
-from ragen_lean.lean4 import NOT_AVAILABLE, KiminaBackend, LeanReplBackend
 from ragen_lean.problems import DataError, Problem, known_unloadable, load_lean_jsonl, load_minif2f, partition
 from ragen_lean.tactics import COQ_ALLOWED_QUERIES, split_tactics
 
@@ -167,6 +166,9 @@ def make_backend(cfg: LeanConfig) -> ProverBackend:
         backend: ProverBackend = CoqBackend(cfg.coqtop, cfg.memory_limit_mb, cfg.load_timeout_s, cfg.coq_prelude)
         key = "coqtop"
     else:
+        # the Lean 4 backends (urllib.request, uuid) load when one is asked for: Coq is the default
+        from ragen_lean.lean4 import NOT_AVAILABLE, KiminaBackend, LeanReplBackend
+
         repl = cfg.lean_repl_path or os.environ.get("RAGEN_LEAN_REPL")
         url = cfg.kimina_url or os.environ.get("RAGEN_KIMINA_URL")
         if repl:

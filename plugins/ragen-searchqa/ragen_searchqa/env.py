@@ -18,8 +18,8 @@ from ragen_searchqa.client import RetrieverClient, RetrieverError, ServerLease, 
 from ragen_searchqa.data import DataError, Dataset, Question, read_corpus, write_corpus
 from ragen_searchqa.hotpot import HF_DATASET, load_hf, load_hotpot_file
 from ragen_searchqa.kb import MIN_KB_SIZE, build_kb
+from ragen_searchqa.limits import MAX_QUERY_CHARS, MAX_TOP_K
 from ragen_searchqa.scoring import extract_fallback_answer, score_answer
-from ragen_searchqa.server import MAX_QUERY_CHARS, MAX_TOP_K
 
 SOURCES = ("synthetic", "hotpot", "hf")
 ACTIONS_LINE = "Available actions: search[<query>], finish[<answer>]"

@@ -27,10 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ragen_searchqa.data import Doc, read_corpus
 from ragen_searchqa.index import BM25Index
+from ragen_searchqa.limits import MAX_QUERY_CHARS, MAX_TOP_K
 
 DEFAULT_TOP_K = 5
-MAX_TOP_K = 50
-MAX_QUERY_CHARS = 2000
 MAX_BODY_BYTES = 1 << 20
 ROUTE_METHODS = {"/health": "GET", "/retrieve": "POST"}  #: the Allow header of a 405
 

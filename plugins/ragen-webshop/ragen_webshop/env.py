@@ -21,7 +21,6 @@ from ragen_webshop_server.catalogue import SOURCES, CatalogueSpec
 from ragen_webshop_server.search import keywords_of
 
 from ragen import ConfigError, Env, EnvConfig, Expert, option
-from ragen_webshop.solver import explain, next_actions
 
 if TYPE_CHECKING:  # the server and the browser (requests, BeautifulSoup) load when an env is made, not listed
     from ragen_webshop import service
@@ -171,6 +170,9 @@ class WebShopExpert(Expert):
     """The scripted expert: the decisions of ``ragen_webshop.solver`` on the live page (oracle access to the goal)."""
 
     def next_actions(self, env: WebShopEnv, k: int) -> list[str]:
+        # the solver (rapidfuzz under its reward) loads when the expert acts: listing the env needs none of it
+        from ragen_webshop.solver import next_actions
+
         if env.goal is None or env.closed or env._done or env.browser.page is None:
             return []
         page = env.browser.page
@@ -178,6 +180,8 @@ class WebShopExpert(Expert):
                             env.current_options(), k)
 
     def rationale(self, env: WebShopEnv) -> str:
+        from ragen_webshop.solver import explain
+
         plan = self.next_actions(env, 1)
         return explain(env.goal, env.searches, plan[0]) if plan else ""
 
