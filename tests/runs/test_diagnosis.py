@@ -58,6 +58,14 @@ def with_series(rows: list[dict], metric: str, f) -> list[dict]:
     return rows
 
 
+def add_series(rows: list[dict], metric: str, f) -> list[dict]:
+    """``metric`` logged at every training step (a metric the healthy rows do not have)."""
+    for r in rows:
+        if r["step"] > 0:
+            r[metric] = f(r["step"])
+    return rows
+
+
 def last_val(rows: list[dict], **values) -> list[dict]:
     next(r for r in reversed(rows) if "val/success" in r).update(values)
     return rows
@@ -81,6 +89,8 @@ PROVOKED = [
      lambda rows: with_series(rows, "rollout/response_length_mean", lambda s: ramp(s, 40, 120) + wobble(s, 3))),
     ("reward-without-success", "high", "reward/mean",
      lambda rows: with_series(rows, "reward/mean", lambda s: ramp(s, 1.0, 5.0) + wobble(s, 0.2))),
+    ("reward-without-success", "high", "reward/shaped_mean",
+     lambda rows: add_series(rows, "reward/shaped_mean", lambda s: ramp(s, 1.0, 5.0) + wobble(s, 0.2))),
     ("entropy-collapse", "warning", "actor/entropy",
      lambda rows: with_series(rows, "actor/entropy", lambda s: 0.5 if s <= 10 else 0.02)),
     ("kl-blowup", "high", "actor/ref_kl", lambda rows: with_series(rows, "actor/ref_kl", lambda s: ramp(s, 0.01, 2.0))),
@@ -131,6 +141,14 @@ def test_thresholds_are_the_named_constants(tmp_path):
     assert f.evidence[0].steps == (16, 30)  # the last half of the 30 steps
     rows = with_series(healthy_rows(), "rollout/frac_zero_std_groups", lambda s: dg.ZERO_SIGNAL_SHARE - 0.01)
     assert dg.diagnose(write_run(tmp_path / "just-below", rows)).findings == []
+
+
+def test_a_score_normalised_per_group_is_no_rising_reward(tmp_path):
+    """The reward-norm shaper makes each group's training scores mean 0: their logged mean is 0 up to rounding, a
+    wobble of 1e-17 whose t can be anything. It is not a reward being earned."""
+    rows = add_series(healthy_rows(), "reward/shaped_mean", lambda s: 1e-17 * s + wobble(s, 1e-18))
+    assert dg.metric_trend(dg.RunData(tuple(rows)), "reward/shaped_mean").t >= dg.TREND_T
+    assert dg.diagnose(write_run(tmp_path / "norm", rows)).findings == []
 
 
 def test_zero_spread_on_solved_levels_is_information_not_an_alarm(tmp_path):
