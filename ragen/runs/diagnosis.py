@@ -38,6 +38,11 @@ TREND_T = 3.0
 SUCCESS_RISE_T = 2.0
 #: two binomial standard errors: a rate within this many SEs of its chance level is "at chance" (p ~ 0.05)
 CHANCE_SE = 2.0
+#: ... but never more than this above chance: with few judged actions two SEs grow past the gap of a policy that reads
+#: (a short run's 16 validation episodes put the main job's warm start, 45% against 26% chance on 351 actions, at 35.0%
+#: against 26.8% on 100 actions, inside chance + 2 SE = 35.6%); blind warm starts sit at or below chance, reading ones
+#: 10-19 points above it (docs/models.md)
+CHANCE_MAX_GAP = 0.05
 #: judged actions below this make the optimal-move rate too noisy to call a policy blind (the SE of a rate near 25%
 #: is then above 8 points)
 MIN_JUDGED_ACTIONS = 30
@@ -296,12 +301,12 @@ def check_blind(data: RunData) -> Check:
     if val is not None and val["val/judged_actions"] >= MIN_JUDGED_ACTIONS:
         measured = True
         rate, chance, n = val["val/optimal_action_rate"], val["val/optimal_action_chance"], val["val/judged_actions"]
-        line = chance + CHANCE_SE * math.sqrt(chance * (1 - chance) / n)
+        line = chance + min(CHANCE_SE * math.sqrt(chance * (1 - chance) / n), CHANCE_MAX_GAP)
         if rate <= line:
             severity = "high"
             parts.append(f"optimal moves {_pct(rate)} vs chance {_pct(chance)} ({int(n)} judged actions)")
             ev.append(Evidence("val/optimal_action_rate", (val["step"],), (rate, chance), line,
-                               f"at or below chance + {CHANCE_SE:g} SE"))
+                               f"at or below chance + {CHANCE_SE:g} SE, at most + {CHANCE_MAX_GAP:g}"))
     one = _last(data.rows, "val/distinct_first_answers", "val/num_trajectories")
     if one is not None and one["val/num_trajectories"] >= ONE_ANSWER_MIN_EPISODES:
         measured = True

@@ -143,6 +143,19 @@ def test_thresholds_are_the_named_constants(tmp_path):
     assert dg.diagnose(write_run(tmp_path / "just-below", rows)).findings == []
 
 
+def test_few_judged_actions_do_not_make_a_reading_policy_blind(tmp_path):
+    """A short run's 16 validation episodes put the main job's warm start (which reads: 45% optimal moves against 26%
+    chance on 351 actions) at 35.0% against 26.8% on 100 actions: inside chance + 2 SE (35.6%), but more than
+    CHANCE_MAX_GAP above chance, so not blind; 30% on the same 100 actions is."""
+    def at(rate):
+        return last_val(healthy_rows(), **{"val/optimal_action_rate": rate, "val/optimal_action_chance": 0.2675,
+                                           "val/judged_actions": 100.0})
+
+    assert dg.diagnose(write_run(tmp_path / "reads", at(0.35))).findings == []
+    [f] = dg.diagnose(write_run(tmp_path / "blind", at(0.30))).findings
+    assert f.code == "blind-policy" and f.evidence[0].threshold == pytest.approx(0.2675 + dg.CHANCE_MAX_GAP)
+
+
 def test_a_score_normalised_per_group_is_no_rising_reward(tmp_path):
     """The reward-norm shaper makes each group's training scores mean 0: their logged mean is 0 up to rounding, a
     wobble of 1e-17 whose t can be anything. It is not a reward being earned."""
