@@ -312,3 +312,60 @@ def test_a_real_model_run_that_got_worse_is_named():
     assert worse.severity == "high" and "worse" in worse.summary and worse.action == dg.REGRESSION_ACTION
     assert worse.evidence[0].values[0] == pytest.approx(-2.4, abs=0.01)
     assert "blind-policy" not in found  # it reads its state: optimal moves far above chance
+
+
+#: real short runs of the built-in `small` model from the cached Sokoban warm start, each provoking failures
+#: (docs/notes/2026-11-29-diagnosis-real-runs.md has their commands); metrics.jsonl cut to the keys the rules read.
+#: name -> (what `ragen doctor` finds at the end: code -> (severity, the evidence's metric, its values), what the live
+#: warning fired, replaying the rows step by step: code -> the step of its one warning line)
+REAL_RUNS = {
+    # GRPO at actor lr 1e-3 (10x the default) without the success gate, 15 steps, log_ref_kl: the valid format fell
+    # (1.0 -> 0.66 at step 5) and came back as one action per turn, success fell to 0 and the policy onto one answer
+    "high-lr": (
+        {"blind-policy": ("high", "val/distinct_first_answers", (1.0,)),
+         "zero-signal": ("high", "rollout/frac_zero_std_groups", (0.75,)),
+         "kl-blowup": ("high", "actor/ref_kl", (1.468,)),
+         "no-learning": ("high", "paired/z", (-3.0, -0.2812, 0.09375))},
+        {"kl-blowup": 3, "format-collapse": 6, "blind-policy": 15, "zero-signal": 15}),
+    # the main job's command with an empty warm-start cache at git acdfb0a: a warm start that came out blind (its
+    # optimal moves below chance from step 0), 60 steps of RL that moved nothing
+    "blind-warm-start": (
+        {"blind-policy": ("high", "val/optimal_action_rate", (0.198, 0.2878)),
+         "no-learning": ("warning", "paired/z", (0.378, 0.0078, 0.0207))},
+        {"blind-policy": 3, "overfit-levels": 23}),
+    # the main job with success_gate=never (RAGEN's behaviour): GRPO farms the step cost in all-fail groups
+    "farming-gate-never": ({}, {"step-cost-farming": 14}),
+}
+
+
+@pytest.mark.parametrize("name", REAL_RUNS)
+def test_a_real_run_is_diagnosed_with_its_evidence(name):
+    expected, _ = REAL_RUNS[name]
+    d = dg.diagnose(DATA / name)
+    found = {f.code: f for f in d.findings}
+    for code, (severity, metric, values) in expected.items():
+        assert code in found, [c.to_json() for c in d.checks if c.code == code]
+        f = found[code]
+        assert f.severity == severity and f.action
+        ev = next(e for e in f.evidence if e.metric == metric)
+        assert ev.values == pytest.approx(values, abs=1e-3)
+    assert {c for c, f in found.items() if f.severity == "high"} <= set(expected)  # no other alarm
+
+
+@pytest.mark.parametrize("name", REAL_RUNS)
+def test_a_real_runs_live_warnings_fire_once_at_their_step(name):
+    """The rows replayed through the live watcher as the training loop feeds it: each finding warned once, at the step
+    it first showed (the high-lr run's format collapse, 99% -> 73% valid turns by step 6, warned there though the format
+    came back by the end)."""
+    from structlog.testing import capture_logs
+
+    from ragen.runs import plot
+
+    _, live = REAL_RUNS[name]
+    rows = plot.read_jsonl(DATA / name / "metrics.jsonl")
+    watch = dg.Watcher(rows[:1])
+    with capture_logs() as logs:
+        for r in rows[1:]:
+            watch.warn(r["step"], {k: v for k, v in r.items() if k != "step"})
+    warned = [(e["code"], e["step"]) for e in logs if e["event"] == "diagnosis"]
+    assert dict(warned) == live and len(warned) == len(live)
