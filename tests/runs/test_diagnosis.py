@@ -330,6 +330,24 @@ REAL_RUNS = {
          "format-collapse": (6, "rollout/valid_format_rate", (0.9914, 0.7289)),
          "blind-policy": (15, "val/optimal_action_rate", (0.125, 0.2625)),
          "zero-signal": (15, "rollout/frac_zero_std_groups", (0.75,))}),
+    # the same at actor lr 3e-3, 12 steps: the format collapsed to no valid turn from step 7 (12-token answers)
+    "lr-3e-3": (
+        {"format-collapse": ("high", "rollout/valid_format_rate", (0.7004, 0.0)),
+         "zero-signal": ("high", "rollout/frac_zero_std_groups", (1.0,)),
+         "kl-blowup": ("high", "actor/ppo_kl", (0.6813,)),
+         "unstable-update": ("warning", "actor/grad_norm", (0.3529, 3.811, 1.4416, 0.9905, 0.8653)),
+         "no-learning": ("warning", "paired/z", (-1.7321, -0.1875, 0.1083))},
+        {"kl-blowup": (3, "actor/ppo_kl", (0.6813,)),
+         "format-collapse": (6, "rollout/valid_format_rate", (0.6908, 0.15)),
+         "length-drift": (6, "rollout/response_length_mean", (40.4062, 20.1875)),
+         "zero-signal": (7, "rollout/frac_zero_std_groups", (0.8333,)),
+         "unstable-update": (9, "actor/grad_norm", (3.811,))}),
+    # GRPO at actor lr 5e-4 without the gate, paid +1 per executed Up by a farmable test shaper
+    # (tests/runs/farmed_reward_run.py): the policy ended on "Up Up" everywhere, success 16% -> 0%
+    "farmed-shaper": (
+        {"blind-policy": ("high", "val/optimal_action_rate", (0.04, 0.25)),
+         "no-learning": ("high", "paired/z", (-2.8284, -0.25, 0.0884))},
+        {"blind-policy": (15, "val/optimal_action_rate", (0.04, 0.25))}),
     # the main job's command with an empty warm-start cache at git acdfb0a: a warm start that came out blind (its
     # optimal moves below chance from step 0), 60 steps of RL that moved nothing
     "blind-warm-start": (
