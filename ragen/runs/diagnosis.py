@@ -37,6 +37,11 @@ TREND_T = 3.0
 SUCCESS_RISE_T = 2.0
 #: two binomial standard errors: a rate within this many SEs of its chance level is "at chance" (p ~ 0.05)
 CHANCE_SE = 2.0
+#: ... but never more than this above chance: with few judged actions two SEs grow past the gap of a policy that reads
+#: (a short run's 16 validation episodes put the main job's warm start, 45% against 26% chance on 351 actions, at 35.0%
+#: against 26.8% on 100 actions, inside chance + 2 SE = 35.6%); blind warm starts sit at or below chance, reading ones
+#: 10-19 points above it (docs/models.md)
+CHANCE_MAX_GAP = 0.05
 #: judged actions below this make the optimal-move rate too noisy to call a policy blind (the SE of a rate near 25%
 #: is then above 8 points)
 MIN_JUDGED_ACTIONS = 30
@@ -61,6 +66,9 @@ FORMAT_DROP = 0.2
 ACTIONS_DROP = 0.25
 #: the response length moving by this share (either way) while success does not rise
 LENGTH_DRIFT = 0.5
+#: a reward "rises" only by more than this share of its start (at least of 1): a score normalised per group (the
+#: reward-norm shaper) has a mean of 0 up to rounding, whose 1e-17 wobble can have any t
+REWARD_MIN_CHANGE = 1e-6
 #: the entropy's last third below this share of its first third: the policy samples almost one answer, so exploration
 #: and group spread go with it
 ENTROPY_FRACTION = 0.2
@@ -292,12 +300,12 @@ def check_blind(data: RunData) -> Check:
     if val is not None and val["val/judged_actions"] >= MIN_JUDGED_ACTIONS:
         measured = True
         rate, chance, n = val["val/optimal_action_rate"], val["val/optimal_action_chance"], val["val/judged_actions"]
-        line = chance + CHANCE_SE * math.sqrt(chance * (1 - chance) / n)
+        line = chance + min(CHANCE_SE * math.sqrt(chance * (1 - chance) / n), CHANCE_MAX_GAP)
         if rate <= line:
             severity = "high"
             parts.append(f"optimal moves {_pct(rate)} vs chance {_pct(chance)} ({int(n)} judged actions)")
             ev.append(Evidence("val/optimal_action_rate", (val["step"],), (rate, chance), line,
-                               f"at or below chance + {CHANCE_SE:g} SE"))
+                               f"at or below chance + {CHANCE_SE:g} SE, at most + {CHANCE_MAX_GAP:g}"))
     one = _last(data.rows, "val/distinct_first_answers", "val/num_trajectories")
     if one is not None and one["val/num_trajectories"] >= ONE_ANSWER_MIN_EPISODES:
         measured = True
@@ -459,16 +467,21 @@ REWARD = "reward-without-success"
 
 
 def check_reward(data: RunData) -> Check:
-    metric = next((m for m in ("reward/mean", "rollout/score") if _series(_train_rows(data), m)[0]), None)
-    tr = metric_trend(data, metric) if metric else None
+    """The raw reward (env rewards and format penalties) or, with reward shapers, the shaped training score rising
+    while success does not."""
+    rows = _train_rows(data)
+    raw = next((m for m in ("reward/mean", "rollout/score") if _series(rows, m)[0]), None)
+    trends = [tr for m in ("reward/shaped_mean", raw) if m and (tr := metric_trend(data, m)) is not None]
     success = _success_trend(data)
-    if tr is None or success is None:
+    if not trends or success is None:
         return _not_measured(REWARD, "reward/mean", "rollout/success", why=f"fewer than {TREND_MIN_STEPS} steps "
                                                                            "with reward/mean and rollout/success")
-    if tr.t < TREND_T or success.t >= 1.0 or success.change > 0:
+    rising = [tr for tr in trends if tr.t >= TREND_T and tr.change > REWARD_MIN_CHANGE * max(1.0, abs(tr.start))]
+    if not rising or success.t >= 1.0 or success.change > 0:
         return Check(REWARD, CLEAR)
+    tr = rising[0]
     return Check(REWARD, FOUND, Finding(
-        REWARD, "high", f"{metric} rose from {tr.start:.3g} to {tr.end:.3g} (t {tr.t:.1f}) while success went "
+        REWARD, "high", f"{tr.metric} rose from {tr.start:.3g} to {tr.end:.3g} (t {tr.t:.1f}) while success went "
         f"{_pct(success.start)} -> {_pct(success.end)}: the reward is being earned some other way",
         (tr.evidence(TREND_T, f"{tr.evidence().note}; threshold on t, here {tr.t:.1f}"),
          success.evidence(None, f"{success.evidence().note}; t {success.t:.1f}")), RULE[REWARD].action))

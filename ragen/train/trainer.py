@@ -173,6 +173,8 @@ class Trainer:
             self._count_nonfinite(shape, before, scores, metrics)
         scores, bad = finite_scores(scores)  # counted with the env's own non-finite rewards
         metrics["rollout/nonfinite_rewards"] = metrics.get("rollout/nonfinite_rewards", 0.0) + bad
+        if self.shapers and scores:  # what the update is paid: a shaper's own reward can rise while success does not
+            metrics["reward/shaped_mean"] = sum(scores) / len(scores)
         return scores, turns
 
     def _count_nonfinite(self, shape, before: list[float], after: list[float], metrics: dict) -> None:

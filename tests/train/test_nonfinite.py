@@ -194,6 +194,7 @@ class _NanShaperPlugin:
     @hookimpl
     def register_reward_shapers(self, register):
         register("all-nan", lambda config: (lambda inp: [math.nan] * len(inp.scores)))
+        register("plus-one", lambda config: (lambda inp: [s + 1.0 for s in inp.scores]))
 
 
 def test_a_shaper_returning_nan_warns_once_naming_it_and_is_counted(fresh_plugins, tmp_path, capsys):
@@ -209,7 +210,28 @@ def test_a_shaper_returning_nan_warns_once_naming_it_and_is_counted(fresh_plugin
         trainer.close()
     for m in steps:  # 2 groups of 2, every one kept (the expert wins every coin)
         assert m["shaper/all-nan/nonfinite"] == 4.0 and m["rollout/nonfinite_rewards"] == 4.0
+        assert m["reward/shaped_mean"] == 0.0  # what the update was paid: each NaN trained as 0
     out = capsys.readouterr()
     text = out.out + out.err
     assert text.count("shaper_returned_nonfinite") == 1, text[-3000:]
     assert "shaper 'all-nan' of ragen-nan-shaper" in text and "shaper/all-nan/nonfinite" in text
+
+
+def test_the_shaped_score_is_logged_beside_the_raw_one(fresh_plugins, tmp_path):
+    """With reward shapers the step logs the mean training score they made (reward/shaped_mean), so a shaper's reward
+    that rises while success does not can be seen (ragen/runs/diagnosis.py, reward-without-success); without shapers
+    the training score is the raw one and nothing more is logged."""
+    from ragen.train.trainer import Trainer
+
+    register_plugin(_NanShaperPlugin(), "nan-shaper", dist="ragen-nan-shaper")
+    for shapers in ("[plus-one]", "[]"):
+        trainer = Trainer(cfg(tmp_path, "env.name=plain-coin", f"algo.options.shapers={shapers}"),
+                          tmp_path / f"run{len(shapers)}")
+        try:
+            m = trainer.step().metrics
+        finally:
+            trainer.close()
+        if shapers == "[]":
+            assert "reward/shaped_mean" not in m
+        else:
+            assert m["reward/shaped_mean"] == pytest.approx(m["reward/mean"] + 1.0)  # every group kept
