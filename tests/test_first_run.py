@@ -92,6 +92,7 @@ def test_first_run_reaches_step_one_quickly_and_builds_no_op(fresh_venv, tmp_pat
         "rollout.group_size=2",
         "rollout.n_val_groups=2",
         "rollout.n_paired_levels=2",
+        "trainer.short_run_steps=0",
         "trainer.ppo_mini_batch_size=4",
         "trainer.steps=1",
         "trainer.threads=1",

@@ -12,8 +12,6 @@ from ragen.errors import ConfigError
 
 #: the prompt frame's styles (ragen/envs/prompt.py)
 PROMPTS = ("full", "compact")
-#: the most validation groups (per env) and greedy levels a short run plays (``trainer.short_run_steps``)
-SHORT_RUN_EVAL = 8
 
 # ----------------------------------------------------------------------------------------------------------
 # The RunConfig tree. Every field has a default and a doc string (a meta-test checks this).
@@ -115,7 +113,7 @@ class RolloutSection:
     n_val_groups: int = option(
         64,
         "Validation groups, seeds 123.. , one member each (RAGEN: 512; 64 gives a success rate "
-        f"a standard error of 4-6 points). A short run (trainer.short_run_steps) plays at most {SHORT_RUN_EVAL}.",
+        "a standard error of 4-6 points). A short run (trainer.short_run_steps) plays none.",
         range=AT_LEAST_1,
     )
     temperature: float = option(
@@ -140,8 +138,8 @@ class RolloutSection:
         "episode each, before RL and after it, compared level by level: the summary's paired "
         "change, SE and z (docs/running.md). Two T 0.5 validations of one model on 128 levels "
         "disagreed on 21-33 of them; greedy and paired, 256 levels resolve a few points. "
-        f"0 = off. The intermediate validations stay at val_temperature. A short run "
-        f"(trainer.short_run_steps) plays at most {SHORT_RUN_EVAL}.",
+        "0 = off. The intermediate validations stay at val_temperature. A short run "
+        "(trainer.short_run_steps) plays none.",
         range=Range(0, 9877, why="the validation seeds 123.. must stay below the training seeds, which start at 10000"),
     )
     max_model_len: int = option(
@@ -314,12 +312,11 @@ class TrainerSection:
     )
     short_run_steps: int = option(
         10,
-        "A run of fewer steps is a short run (a smoke test, a first try): its validations play at most "
-        f"{SHORT_RUN_EVAL} groups per env and its greedy passes before and after RL at most {SHORT_RUN_EVAL} "
-        "levels, so a 3-step run spends its time in its steps, not in 640 evaluation episodes (which would measure "
-        "nothing a few steps could change). From this many steps on, rollout.n_val_groups, env.val's n_groups and "
-        "rollout.n_paired_levels apply in full: the main job (60 steps) keeps its 64 validation levels and 256 "
-        "greedy levels. config.yaml records the sizes played. 0 = always in full.",
+        "A run of fewer steps is a short run (a smoke test, a first try): it plays no validation and no greedy pass "
+        "before or after RL, so a 3-step run spends its time in its steps, not in evaluation episodes that would "
+        "measure nothing a few steps could change (config.yaml records rollout.n_paired_levels 0; the summary says "
+        "so). From this many steps on, the validations and the greedy passes are played at their sizes: the main "
+        "job (60 steps) keeps its 64 validation levels and 256 greedy levels. 0 = always played.",
         range=NON_NEGATIVE,
     )
     format_penalty: float = option(

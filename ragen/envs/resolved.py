@@ -71,6 +71,11 @@ class ResolvedRun:
     val_seeds: SeedRule  #: the validation pass and the greedy before/after pass
     demo_seeds: SeedRule  #: the warm start's expert demonstrations
 
+    @property
+    def validates(self) -> bool:
+        """Whether the run validates (before RL, every ``trainer.test_freq`` steps, after RL): not a short run."""
+        return not is_short(self.cfg)
+
 
 def resolve_preset(cfg: Any) -> AlgorithmPreset:
     """The algorithm preset named by ``algo.name`` with ``algo.options`` applied on top."""
@@ -98,26 +103,25 @@ def env_parsers(plan: list[Planned] | tuple[Planned, ...]) -> dict[str, tuple[An
     return out
 
 
-def scaled_to_run(cfg: Any) -> Any:
-    """``cfg`` with a short run's validation and greedy passes cut to ``SHORT_RUN_EVAL`` groups (per env) and levels:
-    a run of fewer than ``trainer.short_run_steps`` steps (the field's doc says why). A config it already cut (a
-    resumed run's config.yaml) comes back unchanged."""
-    from ragen.config.schema import SHORT_RUN_EVAL
+def is_short(cfg: Any) -> bool:
+    """Whether ``cfg`` is a short run: fewer than ``trainer.short_run_steps`` steps (the field's doc says why), which
+    plays no validation and no greedy pass."""
+    t = cfg.trainer
+    return bool(t.short_run_steps) and t.steps < t.short_run_steps
 
-    t, r = cfg.trainer, cfg.rollout
-    if not t.short_run_steps or t.steps >= t.short_run_steps:
+
+def scaled_to_run(cfg: Any) -> Any:
+    """``cfg`` with a short run's greedy passes off (``rollout.n_paired_levels`` 0, so config.yaml records it; its
+    validations are skipped by the loop, ``ResolvedRun.validates``). A config it already cut (a resumed run's
+    config.yaml) comes back unchanged."""
+    if not is_short(cfg) or not cfg.rollout.n_paired_levels:
         return cfg
-    cap = SHORT_RUN_EVAL
-    rollout = attrs.evolve(r, n_val_groups=min(r.n_val_groups, cap), n_paired_levels=min(r.n_paired_levels, cap))
-    val = tuple(attrs.evolve(e, n_groups=min(e.n_groups, cap)) for e in cfg.env.val)
-    if rollout == r and val == tuple(cfg.env.val):
-        return cfg
-    return attrs.evolve(cfg, rollout=rollout, env=attrs.evolve(cfg.env, val=val))
+    return attrs.evolve(cfg, rollout=attrs.evolve(cfg.rollout, n_paired_levels=0))
 
 
 def resolve_run(cfg: Any) -> ResolvedRun:
     """Check ``cfg``'s env lists (unknown names with a did-you-mean, each env's options) and resolve the run (a short
-    run's validation and greedy passes cut first, ``scaled_to_run``)."""
+    run's greedy passes turned off first, ``scaled_to_run``)."""
     from ragen.plugins.components import component_config, make_component, parser_thinks
     from ragen.plugins.loader import get_registry
 

@@ -99,12 +99,12 @@ def _start(trainer: Trainer, resumed: bool, warm_metrics: dict) -> None:
         log.info("run_resumed", run_dir=str(run_dir), step=start)
         return
     log.info("run_started", run_dir=str(run_dir), env=trainer.run.label, algo=cfg.algo.name, model=cfg.model.name)
-    if cfg.trainer.steps < cfg.trainer.short_run_steps:  # resolve_run cut its passes (ragen/envs/resolved.py)
-        log.info("short_run", steps=cfg.trainer.steps, short_run_steps=cfg.trainer.short_run_steps,
-                 validation_groups=sum(p.n_groups for p in trainer.run.val_plan),
-                 greedy_levels=cfg.rollout.n_paired_levels, note="trainer.short_run_steps=0 plays them in full")
     if warm_metrics:
         trainer.writer.metrics(0, warm_metrics)
+    if not trainer.run.validates:  # a short run (ragen/envs/resolved.py): its steps, no evaluation passes
+        log.info("short_run", steps=cfg.trainer.steps, short_run_steps=cfg.trainer.short_run_steps,
+                 note="no validation and no greedy pass; trainer.short_run_steps=0 plays them")
+        return
     paired = " (the greedy pass before RL follows it)" if cfg.rollout.n_paired_levels else ""
     with interrupt.phase(f"the validation before RL{paired}"):
         val = trainer.validate()
@@ -130,7 +130,8 @@ def run_steps(trainer: Trainer) -> None:
             step = trainer.step_idx
             out_of_time = bool(cfg.max_steps_wall_s) and time.perf_counter() - t_start > cfg.max_steps_wall_s
             stop = res.stop_reason
-            if step == cfg.steps or out_of_time or stop or (cfg.test_freq and step % cfg.test_freq == 0):
+            if trainer.run.validates and (step == cfg.steps or out_of_time or stop
+                                          or (cfg.test_freq and step % cfg.test_freq == 0)):
                 with interrupt.phase(f"the validation after step {step}"):
                     res.metrics.update(trainer.validate())
                 stop = stop or trainer.early_stop.after_validation(res.metrics)

@@ -42,6 +42,7 @@ def run_summary(run_dir: str | Path) -> dict:
         "first_step_valid_format_rate": next((r.get("rollout/valid_format_rate") for r in rows if r["step"] == 1),
                                              None),
         "updates": _updates(step_rows, Path(run_dir)),
+        "short_run": _short_run(Path(run_dir)),
     }
     for name, row in (("before", before), ("after", after)):
         if row is not None:
@@ -68,6 +69,19 @@ def _updates(step_rows: list[dict], run_dir: Path) -> dict:
     updated = sum("actor/pg_loss" in r for r in step_rows)
     return {"steps": len(step_rows), "updated": updated, "gate": gate, "filtered": filtered,
             "skipped": len(step_rows) - updated - gate - filtered, "filter": _filter_name(run_dir)}
+
+
+def _short_run(run_dir: Path) -> dict | None:
+    """A short run's steps and ``trainer.short_run_steps`` from config.yaml (it played no validation and no greedy
+    pass: ragen/envs/resolved.py); None for a full run or an unreadable config."""
+    from ragen.config import read_file
+
+    try:
+        t = read_file(run_dir / "config.yaml")["trainer"]
+        steps, short = int(t["steps"]), int(t.get("short_run_steps") or 0)
+    except (OSError, KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return {"steps": steps, "short_run_steps": short} if short and steps < short else None
 
 
 def _warmstart_stored(run_dir: Path) -> bool:
@@ -138,6 +152,10 @@ def format_summary(s: dict) -> str:
                  f"{_pct(s['first_step_valid_format_rate'])}")
     if s.get("updates", {}).get("steps"):
         lines.append(_updates_line(s["updates"]))
+    if s.get("short_run"):
+        lines.append(f"  no validation and no greedy pass: a short run ({s['short_run']['steps']} steps, fewer than "
+                     f"trainer.short_run_steps={s['short_run']['short_run_steps']}); trainer.short_run_steps=0 "
+                     "plays them")
     for name, label in (("before", "before RL"), ("after", "after RL ")):
         v = s.get(name)
         if v is not None:

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 #: run settings for tests: the built-in tiny model as initialised, no warm start (the product default is the
-#: warm-started `small` model: minutes of CPU per run), a greedy before/after pass of 2 levels instead of 256
-TINY = ("model.name=tiny", "warmstart.mode=never", "rollout.n_paired_levels=2")
+#: warm-started `small` model: minutes of CPU per run), a greedy before/after pass of 2 levels instead of 256, and the
+#: validations and greedy passes played however few the steps (a test's runs are short runs, which would play none:
+#: trainer.short_run_steps), so a test still covers them
+TINY = ("model.name=tiny", "warmstart.mode=never", "rollout.n_paired_levels=2", "trainer.short_run_steps=0")
 
 
 def ragen_cmd(*args: str) -> list[str]:

@@ -21,7 +21,7 @@ from ragen.rollout import HFEngine, Rollout
 tiny, fmt = tr.tiny, tr.fmt
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["model.name=tiny", "warmstart.mode=never", "collapse.enabled=false", "logging.progress=false",
-        "rollout.n_paired_levels=2"]
+        "rollout.n_paired_levels=2", "trainer.short_run_steps=0"]
 
 
 def test_apportion_by_weight_sums_to_the_total():

@@ -17,6 +17,7 @@ def slice_overrides(response_length: int, paired_levels: int) -> list[str]:
     return [
         "env.options.max_turns=1", f"rollout.response_length={response_length}", "rollout.n_groups=1",
         "rollout.group_size=2", f"rollout.n_paired_levels={paired_levels}", "rollout.n_val_groups=1",
+        "trainer.short_run_steps=0",
         "trainer.test_freq=0", "trainer.ppo_mini_batch_size=2", "trainer.micro_batch_size=2",
         "collapse.enabled=false", "early_stop.enabled=false", "logging.progress=false",
         "logging.save_trajectories=0",

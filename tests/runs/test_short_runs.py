@@ -1,5 +1,5 @@
-"""Short runs stay short: a run of a few steps validates on a few groups and plays a few greedy levels, the main job
-keeps its full passes, and the summary says how many steps updated the policy."""
+"""Short runs stay short: a run of a few steps plays no validation and no greedy pass, the main job keeps its full
+passes, and the summary says both how many steps updated the policy and that the passes were not played."""
 
 import json
 import subprocess
@@ -9,33 +9,29 @@ import yaml
 from conftest import ragen_cmd
 
 from ragen.config import load_config
-from ragen.config.schema import SHORT_RUN_EVAL
 from ragen.envs.resolved import resolve_run
 from ragen.runs.summary import format_summary, run_summary
 
 
-def sizes(*overrides):
-    run = resolve_run(load_config(overrides=list(overrides)))
-    return [p.n_groups for p in run.val_plan], run.cfg.rollout.n_paired_levels
+def resolved(*overrides):
+    return resolve_run(load_config(overrides=list(overrides)))
 
 
-def test_a_short_run_cuts_its_passes_and_the_main_job_keeps_them():
-    assert sizes("env.name=sokoban", "algo.name=grpo") == ([64], 256)  # the main job: 60 steps
-    assert sizes("env.name=frozenlake", "trainer.steps=3") == ([SHORT_RUN_EVAL], SHORT_RUN_EVAL)
-    assert sizes("trainer.steps=9") == ([SHORT_RUN_EVAL], SHORT_RUN_EVAL)
-    assert sizes("trainer.steps=10") == ([64], 256)  # short_run_steps (10) on: in full
-    assert sizes("trainer.steps=3", "trainer.short_run_steps=0") == ([64], 256)
-    assert sizes("trainer.steps=3", "rollout.n_val_groups=2", "rollout.n_paired_levels=4") == ([2], 4)  # never raised
-    val = "env.val=[{name: sokoban, n_groups: 32}, {name: frozenlake, n_groups: 4}, {name: sokoban-large}]"
-    assert sizes("trainer.steps=2", val) == ([SHORT_RUN_EVAL, 4, SHORT_RUN_EVAL], SHORT_RUN_EVAL)
-    assert sizes("trainer.steps=20", val) == ([32, 4, 64], 256)
+def test_a_short_run_plays_no_passes_and_the_main_job_keeps_them():
+    main = resolved("env.name=sokoban", "algo.name=grpo")  # the main job: 60 steps
+    assert main.validates and main.cfg.rollout.n_paired_levels == 256 and [p.n_groups for p in main.val_plan] == [64]
+    for short in (resolved("env.name=frozenlake", "trainer.steps=3"), resolved("trainer.steps=9")):
+        assert not short.validates and short.cfg.rollout.n_paired_levels == 0
+    assert resolved("trainer.steps=10").validates  # short_run_steps (10) on: played
+    full = resolved("trainer.steps=3", "trainer.short_run_steps=0")
+    assert full.validates and full.cfg.rollout.n_paired_levels == 256
 
 
 def test_a_cut_config_resolves_to_itself():
-    """A resumed run reads its config.yaml, which records the sizes played: resolving it again changes nothing."""
+    """A resumed run reads its config.yaml, which records the greedy pass off: resolving it again changes nothing."""
     cut = resolve_run(load_config(overrides=["trainer.steps=3"])).cfg
     assert resolve_run(cut).cfg == cut
-    assert attrs.evolve(cut.rollout, n_val_groups=64, n_paired_levels=256) == load_config().rollout
+    assert attrs.evolve(cut.rollout, n_paired_levels=256) == load_config().rollout
 
 
 def write_run(path, rows, filter_name="top-p", pre_filter=""):
@@ -67,7 +63,7 @@ def test_the_summary_says_how_many_steps_updated_the_policy(tmp_path):
 
 
 def test_a_three_step_tiny_run_is_short_and_says_no_step_updated(tmp_path):
-    """Through `ragen run`: default validation and greedy sizes, cut for a 3-step run; the untrained tiny model never
+    """Through `ragen run`: a 3-step run plays no validation and no greedy pass; the untrained tiny model never
     succeeds, so DAPO's zero-variance filter drops every group and the summary says so."""
     proc = subprocess.run(
         ragen_cmd("run", "--env", "frozenlake", "--model", "tiny", "--no-warmstart", "--filter", "zero-variance",
@@ -77,10 +73,13 @@ def test_a_three_step_tiny_run_is_short_and_says_no_step_updated(tmp_path):
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "0 of 3 steps updated the policy: every group was filtered out (filter zero-variance)" in proc.stdout
+    assert ("no validation and no greedy pass: a short run (3 steps, fewer than trainer.short_run_steps=10); "
+            "trainer.short_run_steps=0 plays them") in proc.stdout
     assert "short_run" in proc.stderr
     run = tmp_path / "r"
-    saved = yaml.safe_load((run / "config.yaml").read_text())["rollout"]
-    assert (saved["n_val_groups"], saved["n_paired_levels"]) == (SHORT_RUN_EVAL, SHORT_RUN_EVAL)
-    played = [json.loads(line) for line in (run / "paired_trajectories.jsonl").read_text().splitlines()]
-    assert sorted(r["pass"] for r in played) == ["after"] * SHORT_RUN_EVAL + ["before"] * SHORT_RUN_EVAL
-    assert f"s.e., {SHORT_RUN_EVAL} episodes)" in proc.stdout  # the validations
+    assert yaml.safe_load((run / "config.yaml").read_text())["rollout"]["n_paired_levels"] == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert not any(k.startswith(("val/", "paired/")) for r in rows for k in r)
+    assert not (run / "val_trajectories.jsonl").exists() and not (run / "paired_trajectories.jsonl").exists()
+    assert "validation success" not in proc.stdout

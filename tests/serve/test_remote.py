@@ -361,7 +361,7 @@ def test_cli_run_remote_with_the_default_model_and_warm_start(tmp_path):
                  "env.options.timeout_s=20",
                  "warmstart.episodes=12", "warmstart.epochs=1", "trainer.steps=1", "rollout.n_groups=2",
                  "rollout.group_size=2", "rollout.n_val_groups=2", "rollout.n_paired_levels=2",
-                 "rollout.response_length=16", "trainer.test_freq=0",
+                 "trainer.short_run_steps=0", "rollout.response_length=16", "trainer.test_freq=0",
                  "logging.progress=false", f"logging.run_dir={tmp_path}", "logging.name=r"],
                 capture_output=True, text=True, timeout=600)  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]

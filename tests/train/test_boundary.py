@@ -91,6 +91,7 @@ def test_a_run_with_a_broken_estimator_ends_in_one_line(broken, tmp_path):
             "rollout.group_size=2",
             "rollout.n_val_groups=2",
             "rollout.n_paired_levels=2",
+            "trainer.short_run_steps=0",
             "trainer.test_freq=0",
             "logging.progress=false",
             "collapse.enabled=false",

@@ -57,6 +57,7 @@ def cfg(tmp_path, *extra):
             "rollout.group_size=2",
             "rollout.n_val_groups=2",
             "rollout.n_paired_levels=2",
+            "trainer.short_run_steps=0",
             "trainer.steps=3",
             "trainer.ppo_mini_batch_size=4",
             "trainer.micro_batch_size=4",

@@ -44,6 +44,7 @@ def test_a_resumed_run_after_a_kill_has_each_step_once(tmp_path):
         "rollout.group_size=2",
         "rollout.n_val_groups=2",
         "rollout.n_paired_levels=2",
+        "trainer.short_run_steps=0",
         "trainer.ppo_mini_batch_size=4",
         "trainer.micro_batch_size=4",
         "trainer.test_freq=0",

@@ -118,6 +118,7 @@ def _run(tmp_path, name, *extra, cache):
             "rollout.group_size=2",
             "rollout.n_val_groups=4",
             "rollout.n_paired_levels=4",
+            "trainer.short_run_steps=0",
             "trainer.ppo_mini_batch_size=4",
             "collapse.enabled=false",
             f"logging.run_dir={tmp_path}",
