@@ -230,6 +230,10 @@ class TokenGate:
         await self.app(scope, receive, send)
 
 
+#: a refused request body up to this size is read to its end before the 413 (``Bounds._drain``)
+DRAIN_BYTES = 8 * MAX_BODY
+
+
 class Bounds:
     """ASGI middleware, inside ``TokenGate``: a request body over ``max_body`` bytes is a 413 (announced by its
     ``Content-Length`` or streamed), read before the app sees it; a peer address already holding
@@ -254,6 +258,8 @@ class Bounds:
     async def _http(self, scope: dict, receive: Callable, send: Callable) -> None:
         length = next((v for k, v in scope.get("headers", ()) if k.lower() == b"content-length"), None)
         if length is not None and (not length.strip().isdigit() or int(length) > self.max_body):
+            if length.strip().isdigit() and int(length) <= DRAIN_BYTES:
+                await self._drain(receive, int(length))
             return await self._too_large(send)
         parts, total = [], 0
         while True:
@@ -264,6 +270,8 @@ class Bounds:
             parts.append(message.get("body", b""))
             total += len(parts[-1])
             if total > self.max_body:
+                if message.get("more_body", False):
+                    await self._drain(receive, DRAIN_BYTES - total)
                 return await self._too_large(send)
             if not message.get("more_body", False):
                 first = {"type": "http.request", "body": b"".join(parts), "more_body": False}
@@ -278,6 +286,19 @@ class Bounds:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _drain(receive: Callable, budget: int) -> None:
+        """Read and drop up to ``budget`` more bytes of a refused body: a server that answers and closes while the
+        client is still sending resets the connection, and the client loses the 413 it was sent. A larger body is cut
+        (the client may see the reset); the request deadline bounds the time."""
+        while budget > 0:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            budget -= len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
     async def _too_large(self, send: Callable) -> None:
         body = json.dumps({"detail": f"request body over {self.max_body} bytes"}).encode()
