@@ -24,18 +24,23 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in text.split()]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "a known race, not yet fixed: while a worker is started the server's SIGINT disposition is SIG_IGN (so the "
-    "spawned interpreter starts ignoring it); a process-directed Ctrl-C in that window taken by a thread that does "
-    "not block it (likely numpy's BLAS pool) is discarded, and the server serves on. Blocking the signal on the "
-    "starting thread instead was tried: the spawned worker did not keep the mask and printed a KeyboardInterrupt "
-    "traceback. Failed in 2 of 3 fresh clones on the loaded 2-core VM, passed on CI; XPASS when the race is missed"))
+#: why a first Ctrl-C can be lost (an open race): while a worker is started the server's SIGINT disposition is SIG_IGN
+#: (so the spawned interpreter starts ignoring it); a process-directed Ctrl-C in that window taken by a thread that does
+#: not block it (likely numpy's BLAS pool) is discarded, and the server serves on. Blocking the signal on the starting
+#: thread instead was tried: the spawned worker did not keep the mask and printed a KeyboardInterrupt traceback.
+LOST_CTRL_C = "the first Ctrl-C landed in the window where the server ignores SIGINT and was lost (a known race)"
+
+
 def test_ctrl_c_while_workers_start_prints_one_line():
+    """No traceback from the server or its workers, and one line, for a Ctrl-C while the workers start. Where the
+    first Ctrl-C is lost (``LOST_CTRL_C``), a second one must stop the server the same way, and the test reports the
+    race as an expected failure instead of passing."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("RAGEN_ENV_TOKEN", None)  # loopback, no token
     proc = subprocess.Popen([sys.executable, "-m", "ragen", "serve-env", "frozenlake", "--port", "0", "--workers", "3"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # its own process group, as a terminal's foreground job
+    lost = False
     try:
         deadline = time.monotonic() + 120
         while len([c for c in _children(proc.pid) if _is_worker(c)]) < 3:  # the workers are starting
@@ -44,7 +49,12 @@ def test_ctrl_c_while_workers_start_prints_one_line():
             time.sleep(0.05)
         time.sleep(0.2)  # the server is past starting them, waiting for the first; they are importing ragen
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # still serving: the Ctrl-C was lost; a second one, as a user would
+            lost = True
+            os.killpg(proc.pid, signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -55,6 +65,8 @@ def test_ctrl_c_while_workers_start_prints_one_line():
     else:  # the CLI's own one line for a Ctrl-C, and nothing from the workers
         assert err.strip().splitlines() in (["Aborted."], ["Interrupted."]), err
         assert proc.returncode != 0
+    if lost:
+        pytest.xfail(LOST_CTRL_C)
 
 
 def _is_worker(pid: int) -> bool:
