@@ -103,11 +103,15 @@ def env_parsers(plan: list[Planned] | tuple[Planned, ...]) -> dict[str, tuple[An
     return out
 
 
+def is_short_run(steps: int, short_run_steps: int) -> bool:
+    """Whether a run of ``steps`` steps is a short run under ``trainer.short_run_steps`` (0: never; the field's doc
+    says why), which plays no validation and no greedy pass."""
+    return bool(short_run_steps) and steps < short_run_steps
+
+
 def is_short(cfg: Any) -> bool:
-    """Whether ``cfg`` is a short run: fewer than ``trainer.short_run_steps`` steps (the field's doc says why), which
-    plays no validation and no greedy pass."""
-    t = cfg.trainer
-    return bool(t.short_run_steps) and t.steps < t.short_run_steps
+    """``is_short_run`` of a ``RunConfig``."""
+    return is_short_run(cfg.trainer.steps, cfg.trainer.short_run_steps)
 
 
 def scaled_to_run(cfg: Any) -> Any:

@@ -75,13 +75,14 @@ def _short_run(run_dir: Path) -> dict | None:
     """A short run's steps and ``trainer.short_run_steps`` from config.yaml (it played no validation and no greedy
     pass: ragen/envs/resolved.py); None for a full run or an unreadable config."""
     from ragen.config import read_file
+    from ragen.envs.resolved import is_short_run
 
     try:
         t = read_file(run_dir / "config.yaml")["trainer"]
         steps, short = int(t["steps"]), int(t.get("short_run_steps") or 0)
     except (OSError, KeyError, TypeError, ValueError, AttributeError):
         return None
-    return {"steps": steps, "short_run_steps": short} if short and steps < short else None
+    return {"steps": steps, "short_run_steps": short} if is_short_run(steps, short) else None
 
 
 def _warmstart_stored(run_dir: Path) -> bool:
