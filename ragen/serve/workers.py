@@ -103,8 +103,8 @@ def _sigint_ignored():
     # blocked on this thread as well as ignored: an ignored signal is discarded, so a Ctrl-C landing while a worker
     # starts was lost by the server too, which then served on; blocked here it stays pending (Linux keeps blocked
     # signals even when ignored) and reaches the server's own handler once it is restored and the mask with it. A
-    # process-directed Ctrl-C that another thread takes in this window (one that does not block it) is still lost:
-    # an open race (tests/serve/test_worker_interrupt.py names it)
+    # process-directed Ctrl-C that another thread takes in this window (one that does not block it) is still lost, in
+    # theory: the window is one fork and exec, and the kernel gives a process-directed signal to the main thread first
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
