@@ -15,6 +15,7 @@ a few groups) does not read as a trend.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -32,6 +33,12 @@ TREND_MIN_STEPS = 6
 #: |Welch t| of the last third against the first at or above this is a trend: about p 0.01 for windows of 10 steps,
 #: and above what the main job's noisiest curve (training success of 4 groups x 8) reaches between its thirds
 TREND_T = 3.0
+#: a rank trend (the Mann-Kendall z over every step, ``Trend.rank_z``) at or above this is a rise: one-sided p 0.01 for
+#: independent steps. The thirds' t reads a farmed reward wrong: a shaped reward climbs with dips wherever the format
+#: breaks for a step, and one dip in a third of five steps doubles that third's spread (a real farmed shaper: t 1.5
+#: while 10 of its 15 steps climbed, rank z 2.6; docs/notes/2026-11-29-diagnosis-real-runs.md). Ranks count each
+#: step once, so one low step weighs as one pair-order among many, whatever its size
+RANK_Z = 2.33
 #: success "rises" when its t reaches this (weaker than TREND_T on purpose: a metric that drifts while success rises
 #: even a little is learning, not farming)
 SUCCESS_RISE_T = 2.0
@@ -228,6 +235,7 @@ class Trend:
     start: float
     end: float
     t: float
+    rank_z: float = 0.0  #: the Mann-Kendall z of the whole series: the sign balance of every later-minus-earlier pair
 
     @property
     def change(self) -> float:
@@ -247,6 +255,19 @@ def _mean_var(xs: Sequence[float]) -> tuple[float, float]:
     return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0)
 
 
+def rank_z(values: Sequence[float]) -> float:
+    """The Mann-Kendall trend statistic: S = the number of later-greater pairs minus later-smaller ones, over its
+    standard deviation without a trend (ties corrected), with the usual continuity correction; about N(0, 1) for
+    independent values."""
+    n = len(values)
+    s = sum((b > a) - (b < a) for i, a in enumerate(values) for b in values[i + 1:])
+    ties = Counter(values).values()
+    var = (n * (n - 1) * (2 * n + 5) - sum(k * (k - 1) * (2 * k + 5) for k in ties)) / 18
+    if var <= 0 or s == 0:
+        return 0.0
+    return (s - math.copysign(1, s)) / math.sqrt(var)
+
+
 def trend(steps: Sequence[int], values: Sequence[float], metric: str) -> Trend | None:
     """The trend of one series, None with fewer than ``TREND_MIN_STEPS`` points."""
     if len(values) < TREND_MIN_STEPS:
@@ -256,7 +277,7 @@ def trend(steps: Sequence[int], values: Sequence[float], metric: str) -> Trend |
     (ma, va), (mb, vb) = _mean_var(a), _mean_var(b)
     se = math.sqrt(va / len(a) + vb / len(b))
     t = (mb - ma) / se if se > 0 else (0.0 if mb == ma else math.copysign(math.inf, mb - ma))
-    return Trend(metric, (steps[0], steps[w - 1], steps[-w], steps[-1]), ma, mb, t)
+    return Trend(metric, (steps[0], steps[w - 1], steps[-w], steps[-1]), ma, mb, t, rank_z(values))
 
 
 def metric_trend(data: RunData, metric: str) -> Trend | None:
@@ -476,14 +497,17 @@ def check_reward(data: RunData) -> Check:
     if not trends or success is None:
         return _not_measured(REWARD, "reward/mean", "rollout/success", why=f"fewer than {TREND_MIN_STEPS} steps "
                                                                            "with reward/mean and rollout/success")
-    rising = [tr for tr in trends if tr.t >= TREND_T and tr.change > REWARD_MIN_CHANGE * max(1.0, abs(tr.start))]
+    rising = [tr for tr in trends if (tr.t >= TREND_T or tr.rank_z >= RANK_Z)
+              and tr.change > REWARD_MIN_CHANGE * max(1.0, abs(tr.start))]
     if not rising or success.t >= 1.0 or success.change > 0:
         return Check(REWARD, CLEAR)
     tr = rising[0]
     return Check(REWARD, FOUND, Finding(
-        REWARD, "high", f"{tr.metric} rose from {tr.start:.3g} to {tr.end:.3g} (t {tr.t:.1f}) while success went "
-        f"{_pct(success.start)} -> {_pct(success.end)}: the reward is being earned some other way",
-        (tr.evidence(TREND_T, f"{tr.evidence().note}; threshold on t, here {tr.t:.1f}"),
+        REWARD, "high", f"{tr.metric} rose from {tr.start:.3g} to {tr.end:.3g} (t {tr.t:.1f}, rank z {tr.rank_z:.1f}) "
+        f"while success went {_pct(success.start)} -> {_pct(success.end)}: the reward is being earned some other way",
+        (tr.evidence(TREND_T if tr.t >= TREND_T else RANK_Z,
+                     f"{tr.evidence().note}; threshold on the thirds' t ({TREND_T:g}, here {tr.t:.1f}) or the rank z "
+                     f"over every step ({RANK_Z:g}, here {tr.rank_z:.1f})"),
          success.evidence(None, f"{success.evidence().note}; t {success.t:.1f}")), RULE[REWARD].action))
 
 

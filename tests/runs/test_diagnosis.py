@@ -267,6 +267,25 @@ def test_summary_lines_and_the_reports_diagnosis_panel(tmp_path):
     assert "<a href='#curves' data-metric='rollout/valid_format_rate'>" in head  # drawn under Curves: linked there
 
 
+def test_a_rising_reward_with_one_deep_dip_is_still_rising(tmp_path):
+    """A farmed reward climbs with dips where the format breaks for a step: one dip doubles a third's spread and holds
+    the thirds' t under TREND_T, but the rank trend over every step still reads the climb."""
+    rows = add_series(healthy_rows(15), "reward/shaped_mean", lambda s: 1.0 + 0.5 * s - (6.0 if s == 11 else 0.0))
+    tr = dg.metric_trend(dg.RunData(tuple(rows)), "reward/shaped_mean")
+    assert tr.t < dg.TREND_T and tr.rank_z >= dg.RANK_Z
+    [f] = dg.diagnose(write_run(tmp_path / "dip", rows)).findings
+    assert f.code == "reward-without-success" and f.evidence[0].threshold == dg.RANK_Z
+    flat = add_series(healthy_rows(15), "reward/shaped_mean", lambda s: 3.0 + wobble(s, 1.0) - (6.0 if s == 11 else 0))
+    assert dg.metric_trend(dg.RunData(tuple(flat)), "reward/shaped_mean").rank_z < dg.RANK_Z
+    assert dg.diagnose(write_run(tmp_path / "flat", flat)).findings == []
+
+
+def test_rank_z_is_the_mann_kendall_statistic():
+    assert dg.rank_z([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == pytest.approx((15 - 1) / (6 * 5 * 17 / 18) ** 0.5)
+    assert dg.rank_z([3.0, 3.0, 3.0]) == 0.0 and dg.rank_z([1.0, 2.0, 2.0, 1.0]) == pytest.approx(0.0)
+    assert dg.rank_z([6.0, 5.0, 4.0, 3.0, 2.0, 1.0]) == pytest.approx(-dg.rank_z([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
+
+
 DATA = Path(__file__).parent / "data"
 
 
@@ -343,11 +362,14 @@ REAL_RUNS = {
          "zero-signal": (7, "rollout/frac_zero_std_groups", (0.8333,)),
          "unstable-update": (9, "actor/grad_norm", (3.811,))}),
     # GRPO at actor lr 5e-4 without the gate, paid +1 per executed Up by a farmable test shaper
-    # (tests/runs/farmed_reward_run.py): the policy ended on "Up Up" everywhere, success 16% -> 0%
+    # (tests/runs/farmed_reward_run.py): the policy ended on "Up Up" everywhere, success 16% -> 0%, while the shaped
+    # reward climbed (a one-step dip at step 11 held the thirds' t at 1.5; the rank z over every step is 2.6)
     "farmed-shaper": (
         {"blind-policy": ("high", "val/optimal_action_rate", (0.04, 0.25)),
+         "reward-without-success": ("high", "reward/shaped_mean", (3.9787, 6.5269)),
          "no-learning": ("high", "paired/z", (-2.8284, -0.25, 0.0884))},
-        {"blind-policy": (15, "val/optimal_action_rate", (0.04, 0.25))}),
+        {"blind-policy": (15, "val/optimal_action_rate", (0.04, 0.25)),
+         "reward-without-success": (15, "reward/shaped_mean", (3.9787, 6.5269))}),
     # the main job's command with an empty warm-start cache at git acdfb0a: a warm start that came out blind (its
     # optimal moves below chance from step 0), 60 steps of RL that moved nothing
     "blind-warm-start": (
