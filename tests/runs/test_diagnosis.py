@@ -425,3 +425,37 @@ def test_a_real_runs_live_warnings_fire_once_at_their_step(name):
             watch.warn(r["step"], {k: v for k, v in r.items() if k != "step"})
     assert sorted((e["code"], e["step"]) for e in logs if e["event"] == "diagnosis") == sorted(
         (code, spec[0]) for code, spec in live.items())
+
+
+#: the learning benchmark's stored results (bench/learning.py, full mode, 2026-11-27): one summary per run, no per-step
+#: rows; the runs users see in docs/benchmarks.md
+LEARNING = Path(__file__).resolve().parents[2] / "bench" / "results" / "learning.json"
+
+
+def benchmark_rows(run: dict) -> list[dict]:
+    """The rows `ragen doctor` reads that a stored benchmark summary holds: the validation curve (its episodes, the
+    first answers and optimal moves before and after RL) and the greedy before/after comparison at the end. No
+    training rows: the trend rules read "not measured" on them, and without the judged-action count the optimal-move
+    half of blind-policy does too."""
+    rows = [{"step": s, "val/success": v, "val/num_trajectories": run["val_episodes"]} for s, v in run["curve"]]
+    for row, when in ((rows[0], "before"), (rows[-1], "after")):
+        row |= {f"val/{k}": run["val_state"][f"{when}_{k}"] for k in ("optimal_action_rate", "optimal_action_chance",
+                                                                        "distinct_first_answers")
+                if run["val_state"][f"{when}_{k}"] is not None}
+    rows[-1] |= {f"paired/{k}": run["paired"][k] for k in ("z", "change", "se", "levels")}
+    return rows
+
+
+@pytest.mark.parametrize("env", ["frozenlake", "sokoban"])
+def test_the_learning_benchmarks_runs_raise_no_high_finding(tmp_path, env):
+    """Each stored frozenlake / sokoban run of the learning benchmark (4 arms x 3 seeds), as a run folder of the rows
+    its summary holds: no high-severity finding (a paired z down to -1.2 is a no-learning warning, not an alarm), and
+    the rules those rows can show are measured."""
+    runs = [r for r in json.loads(LEARNING.read_text())["runs"] if r["env"] == env]
+    assert len(runs) == 12
+    for run in runs:
+        d = dg.diagnose(write_run(tmp_path / f"{run['arm']}-{run['seed']}", benchmark_rows(run),
+                                  {"env": {"name": env}}))
+        status = {c.code: c.status for c in d.checks}
+        assert status["blind-policy"] == dg.CLEAR and status["no-learning"] != dg.NOT_MEASURED, status
+        assert [f.to_json() for f in d.findings if f.severity == "high"] == [], (run["arm"], run["seed"])
