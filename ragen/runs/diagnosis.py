@@ -235,7 +235,13 @@ class Trend:
     start: float
     end: float
     t: float
-    rank_z: float = 0.0  #: the Mann-Kendall z of the whole series: the sign balance of every later-minus-earlier pair
+    values: tuple[float, ...] = attrs.field(default=(), repr=False)  #: every step's value, for the rank trend
+
+    @property
+    def rank_z(self) -> float:
+        """The Mann-Kendall z of the whole series (``rank_z``), computed when a rule asks: its pairs grow with the
+        square of the steps, and only the rising-reward rule reads it."""
+        return rank_z(self.values)
 
     @property
     def change(self) -> float:
@@ -277,7 +283,7 @@ def trend(steps: Sequence[int], values: Sequence[float], metric: str) -> Trend |
     (ma, va), (mb, vb) = _mean_var(a), _mean_var(b)
     se = math.sqrt(va / len(a) + vb / len(b))
     t = (mb - ma) / se if se > 0 else (0.0 if mb == ma else math.copysign(math.inf, mb - ma))
-    return Trend(metric, (steps[0], steps[w - 1], steps[-w], steps[-1]), ma, mb, t, rank_z(values))
+    return Trend(metric, (steps[0], steps[w - 1], steps[-w], steps[-1]), ma, mb, t, tuple(values))
 
 
 def metric_trend(data: RunData, metric: str) -> Trend | None:
