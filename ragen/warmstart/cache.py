@@ -76,6 +76,8 @@ def key_inputs(run: ResolvedRun | RunConfig) -> dict:
     }
     if cfg.rollout.prompt != "full":  # the compact frame (a full-frame entry keeps its key from before styles existed)
         out["prompt"] = cfg.rollout.prompt
+    if cfg.rollout.max_context_window:  # the demos' history window (an entry without one keeps its key)
+        out["window"] = cfg.rollout.max_context_window
     if cfg.env.train or cfg.env.val:  # env lists; the one-env form keeps its keys, so its cache entries
         out["env_lists"] = _env_lists_key(as_resolved(run))
     return out

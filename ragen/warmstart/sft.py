@@ -26,15 +26,16 @@ from ragen.warmstart.defaults import settings as warm_settings
 
 def expert_demos(tokenizer, chat_format, env_name: str, options: dict, episodes: int, noise: float, seed: int,
                  max_model_len: int, format_penalty: float = -0.1, seed_base: int = DEMO_SEED_BASE,
-                 progress: bool = False, prompt: str = "full"):
+                 progress: bool = False, prompt: str = "full", window: int = 0):
     """Play ``episodes`` expert episodes (seeds from ``seed_base``, 900000) through the rollout loop; returns the
     rollout result (trajectories and metrics). ``progress``: show a bar of turns played; ``prompt``: the frame's
-    style (``rollout.prompt``)."""
+    style (``rollout.prompt``); ``window``: the past turns each prompt holds (``rollout.max_context_window``), so the
+    demos show the model the contexts it will play with."""
     engine = ExpertEngine(tokenizer, chat_format.eos_id, chat_format.enable_think, noise=noise, seed=seed)
     groups = EnvGroups([GroupSpec(env_name, episodes, dict(options))], group_size=1, split="train",
                        seeds=SeedRule(seed_base))  # episode g plays seed_base + g, the same at every call
     settings = RolloutSettings(max_model_len=max_model_len, chat_format=chat_format, format_penalty=format_penalty,
-                               prompt=prompt)
+                               prompt=prompt, max_context_window=window)
     try:
         with progress_bar(0, 0, progress, desc=f"expert demos ({env_name})", unit="turn") as bar:
             res = run_rollout(engine, groups, SamplingParams(temperature=0.0, seed=seed), settings, progress=bar)
@@ -182,7 +183,7 @@ def _run_demos(run: ResolvedRun, tokenizer, fmt):
             results.append(expert_demos(tokenizer, own, p.name, dict(p.options), n, w.noise, w.seed,
                                         cfg.rollout.max_model_len, cfg.trainer.format_penalty,
                                         seed_base=run.demo_seeds.base, progress=cfg.logging.progress,
-                                        prompt=run.prompt))
+                                        prompt=run.prompt, window=cfg.rollout.max_context_window))
     if len(results) == 1:
         return results[0]
     trajs = [t for r in results for t in r.trajectories]

@@ -34,7 +34,7 @@ KEY_CHANGES = [
     "env.name=frozenlake-slippery", "env.options.max_turns=3", "model.name=small", "model.dtype=float32",
     "model.lora_rank=8", "warmstart.episodes=7", "warmstart.noise=0.2", "warmstart.epochs=2", "warmstart.lr=0.01",
     "warmstart.batch_size=4", "warmstart.seed=1", "rollout.parser=answer", "rollout.max_model_len=1000",
-    "rollout.prompt=compact",
+    "rollout.prompt=compact", "rollout.max_context_window=1",
 ]
 
 

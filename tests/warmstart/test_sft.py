@@ -73,3 +73,28 @@ def test_noisy_demos_never_contradict_their_reasoning(noise):
             assert noise > 0 and think == f"Exploring: trying {answer}."
             kinds.add("explore")
     assert kinds == ({"expert"} if noise == 0 else {"expert", "explore"})
+
+
+def test_the_demos_play_with_the_runs_history_window(tmp_path):
+    """A run with ``rollout.max_context_window`` plays every turn from a windowed prompt; its warm start's demos must
+    show the model those prompts, not the whole history (a window-1 recipe measured on windowed demos trained on
+    full-history ones through `ragen run --warmstart`)."""
+    from ragen.config import load_config
+    from ragen.envs.resolved import as_resolved
+    from ragen.models.load import load_model_and_tokenizer
+    from ragen.rollout import ChatFormat
+    from ragen.warmstart.sft import _run_demos
+
+    _, tok = load_model_and_tokenizer("tiny", tmp_path / "model", ["frozenlake"], dtype="float32", device="cpu")
+    fmt = ChatFormat(tok, enable_think=False)
+    blocks = {}
+    for window in (0, 1):
+        cfg = load_config(overrides=["env.name=frozenlake", "model.name=tiny", "warmstart.episodes=16",
+                                     "env.options.max_actions_per_turn=1", "env.options.max_turns=10",  # long ones
+                                     f"rollout.max_context_window={window}"])
+        trajs = _run_demos(as_resolved(cfg), tok, fmt).trajectories
+        long = [t for t in trajs if t.num_turns >= 3]  # window 1: from turn 3 on a prompt drops the oldest turn
+        assert long, [t.num_turns for t in trajs]
+        blocks[window] = [len(t.blocks) for t in long]
+    assert blocks[0] == [0] * len(blocks[0])
+    assert all(n >= 1 for n in blocks[1]), blocks[1]
