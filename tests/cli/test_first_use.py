@@ -58,7 +58,9 @@ def test_run_without_env_states_the_default_first_and_only_then():
 @pytest.mark.slow
 def test_eval_writes_a_fresh_folder_per_call(tmp_path):
     for _ in range(2):
-        res = ragen("eval", "--env", "frozenlake", "--model", "tiny", "--seeds", "1", cwd=tmp_path)
+        # 48-token answers: the random tiny model writes its whole cap every turn; the folders are what is checked
+        res = ragen("eval", "--env", "frozenlake", "--model", "tiny", "--seeds", "1", "-o", "response_length=48",
+                    cwd=tmp_path)
         assert res.returncode == 0, res.stderr[-2000:]
     folders = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.name.startswith("eval-frozenlake-"))
     assert len(folders) == 2, folders

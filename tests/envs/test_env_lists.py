@@ -187,8 +187,10 @@ def test_generalisation_config_trains_on_sokoban_and_validates_on_four_envs(tmp_
 @pytest.mark.slow
 def test_eval_several_envs_one_table(tmp_path):
     out = tmp_path / "ev"
+    # response_length=48: the random tiny model writes its whole cap (400 tokens) every turn; the table is checked
     proc = subprocess.run(ragen_cmd("eval", "--env", "sokoban,frozenlake", "--model", "tiny", "--seeds", "2",
-                                    "-o", "frozenlake:max_turns=2", "-o", "max_tokens=20", "--out", str(out)),
+                                    "-o", "frozenlake:max_turns=2", "-o", "max_tokens=20", "-o", "response_length=48",
+                                    "--out", str(out)),
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())

@@ -19,18 +19,24 @@ if _AT:
     _trainer.Trainer.step = _interrupted_step
 
 # RAGEN_TEST_SLOW_STEP=N: step N first waits (up to 60 s, in short sleeps a signal interrupts), so a test's Ctrl-Cs
-# land inside that step however fast the machine is
+# land inside that step however fast the machine is. With RAGEN_TEST_SLOW_STEP_UNTIL_CTRL_C=1 the wait ends at the
+# first Ctrl-C, for a test that needs only that one inside the step (the step then runs and the stop saves it);
+# without it the wait goes on, so a second Ctrl-C sent moments later still lands inside the step
 _SLOW = os.environ.get("RAGEN_TEST_SLOW_STEP")
 if _SLOW:
     import time as _time
 
+    import ragen.train.interrupt as _step_interrupt
     import ragen.train.trainer as _slow_trainer
 
     _plain_step = _slow_trainer.Trainer.step
+    _UNTIL_CTRL_C = os.environ.get("RAGEN_TEST_SLOW_STEP_UNTIL_CTRL_C") == "1"
 
     def _slow_step(self):
         if self.step_idx + 1 == int(_SLOW):
             for _ in range(600):
+                if _UNTIL_CTRL_C and _step_interrupt.requested():
+                    break
                 _time.sleep(0.1)
         return _plain_step(self)
 

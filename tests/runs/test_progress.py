@@ -29,7 +29,9 @@ def test_a_log_line_never_lands_inside_a_progress_bar(capsys):
 @pytest.mark.slow
 def test_eval_shows_a_bar_with_rate_and_eta(tmp_path):
     res = subprocess.run(
-        ragen_cmd("eval", "--env", "frozenlake", "--model", "tiny", "--seeds", "1", "--out", str(tmp_path / "e")),
+        # 48-token answers: the random tiny model writes its whole cap every turn, and the bar counts turns, not tokens
+        ragen_cmd("eval", "--env", "frozenlake", "--model", "tiny", "--seeds", "1", "-o", "response_length=48",
+                  "--out", str(tmp_path / "e")),
         capture_output=True,
         text=True,
         timeout=600,

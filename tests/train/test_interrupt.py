@@ -103,7 +103,8 @@ def test_a_ctrl_c_after_the_stop_has_saved_ends_cleanly(tmp_path):
     err = tmp_path / "stderr.txt"
     proc = start(["run", "--env", "frozenlake", "--algo", "grpo", *SMALL_RUN, "trainer.steps=50",
                   f"logging.run_dir={tmp_path}", "logging.name=r"], tmp_path, err,
-                 extra_env={"PYTHONPATH": HOOKS, "RAGEN_TEST_SLOW_STEP": "2", "RAGEN_TEST_SLOW_EXIT": "1"})
+                 extra_env={"PYTHONPATH": HOOKS, "RAGEN_TEST_SLOW_STEP": "2", "RAGEN_TEST_SLOW_STEP_UNTIL_CTRL_C": "1",
+                            "RAGEN_TEST_SLOW_EXIT": "1"})
     wait_for(lambda: 1 in metric_steps(tmp_path / "r"), proc)
     proc.send_signal(signal.SIGINT)  # during the slowed step 2: finish it, checkpoint, stop
     wait_for(lambda: "test: stop saved" in err.read_text(), proc)

@@ -121,6 +121,9 @@ def _run(tmp_path, name, *extra, cache):
             "trainer.short_run_steps=0",
             "trainer.ppo_mini_batch_size=4",
             "collapse.enabled=false",
+            # short answers: the tiny model, random or barely warm-started, may write the 400-token default each turn;
+            # what these runs check (the warm start, its cache, the summary) reads no answer's length
+            "rollout.response_length=48",
             f"logging.run_dir={tmp_path}",
             f"logging.name={name}",
             *FAST,

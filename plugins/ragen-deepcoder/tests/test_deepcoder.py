@@ -460,17 +460,28 @@ def test_all_164_canonical_humaneval_solutions_pass_in_the_sandbox():
     assert elapsed < 300, f"164 problems took {elapsed:.1f} s"
 
 
-def forgery_scores(problems, workers=4, timeout_s=4.0):
-    """(attack, task_id, passed, total) for every attack of the forging family on every problem."""
-    run = runner(timeout_s=timeout_s)
+#: attacks that leave their interpreter blocked, so each of their tests waits out its whole timeout asleep (no CPU)
+WAITING_ATTACKS = {"monkeypatch"}
+
+
+def forgery_scores(problems, workers=4, timeout_s=4.0, waiting_workers=16, waiting_timeout_s=None):
+    """(attack, task_id, passed, total) for every attack of the forging family on every problem, in the family's
+    order. The runs of a waiting attack sleep through their timeouts, so they overlap in a wide pool of their own
+    (``waiting_workers``) beside the ``workers`` that run the others: the same runs, less wall time. A waiting attack
+    may get a shorter test timeout (``waiting_timeout_s``): it is blocked within milliseconds and stays so however long
+    it is given; the others keep ``timeout_s`` to act."""
+    runners = {False: runner(timeout_s=timeout_s), True: runner(timeout_s=waiting_timeout_s or timeout_s)}
 
     def score(job):
         name, p = job
+        run = runners[name in WAITING_ATTACKS]
         ok = grade(p, run.run(assemble(p, FAMILY[name]), sandbox_tests(p)).results)
         return name, p.task_id, sum(ok), len(ok)
 
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(score, [(name, p) for name in FAMILY for p in problems]))
+    jobs = [(name, p) for name in FAMILY for p in problems]
+    with ThreadPoolExecutor(workers) as pool, ThreadPoolExecutor(waiting_workers) as wide:
+        runs = [(wide if job[0] in WAITING_ATTACKS else pool).submit(score, job) for job in jobs]
+        return [r.result() for r in runs]
 
 
 @pytest.mark.slow
@@ -564,7 +575,7 @@ class TestSandboxed:
     def test_forging_family_scores_zero(self):
         """Every attack of the family on a few HumanEval problems and every example (stdio, functional, assert)."""
         problems = [*humaneval_problems()[:3], humaneval_problems()[32], *load_jsonl(EXAMPLE_JSONL)]
-        scores = forgery_scores(problems)
+        scores = forgery_scores(problems, waiting_timeout_s=1.0)
         assert len(scores) == len(problems) * len(FAMILY) and not [s for s in scores if s[2]]
 
     def test_truth_asserts_need_a_real_bool(self):
@@ -586,7 +597,7 @@ class TestSandboxed:
             assert [i for i in positive + negative if ok[i]] == positive
             reference = run.run(assemble(p, extract_code(p.reference_solution)), sandbox_tests(p))
             assert all(grade(p, reference.results)), reference.results
-        scores = forgery_scores(problems)
+        scores = forgery_scores(problems, waiting_timeout_s=1.0)
         assert len(scores) == len(problems) * len(FAMILY) and not [s for s in scores if s[2]], scores
 
     def test_assert_verdicts_use_the_checkers_prelude_and_plain_values(self):
