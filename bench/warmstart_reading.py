@@ -135,7 +135,7 @@ def main() -> None:
     if a.save:
         model.save_pretrained(a.save)
         tok.save_pretrained(a.save)
-        save_parser(a.save, a.parser, prompt=a.prompt)
+        save_parser(a.save, a.parser, prompt=a.prompt, window=a.window)
 
 
 if __name__ == "__main__":

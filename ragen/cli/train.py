@@ -164,11 +164,15 @@ def sft_cmd(config_path, env_name, model_name, out, overrides) -> None:
 @click.option("--prompt", "prompt", type=click.Choice(["auto", "full", "compact"]), default="auto", show_default=True,
               help="Prompt frame (rollout.prompt); 'auto' = the style a ragen-trained model folder records, else the "
                    "model's default.")
+@click.option("--window", default="auto", show_default=True, metavar="auto|N",
+              help="Past turns each prompt holds (rollout.max_context_window, 0 = all); 'auto' = the window a "
+                   "ragen-trained model folder records, else 0.")
 @parser_options
-def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, prompt, parser_name, parser_options) -> None:
+def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, prompt, window, parser_name,
+             parser_options) -> None:
     """Evaluate a model on the fixed validation seeds of one env or several."""
     from ragen.config.schema import default_prompt
-    from ragen.models.load import check_model_name
+    from ragen.models.load import check_model_name, trained_window
     from ragen.plugins.loader import get_registry
 
     check_model_name(model_name)
@@ -181,6 +185,10 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, promp
     for name in names:
         get_registry("env").get(name)
     shared, per_env = _env_options(options, names)
+    if window == "auto":
+        window = trained_window(model_name) or 0
+    elif not window.isdigit():
+        raise click.BadParameter(f"{window!r}: expected 'auto' or a number of turns >= 0", param_hint="--window")
     parser_name, parser_options = resolved_parser(parser_name, parser_options, model_name)
     parser_opts = checked_parser(parser_name, parser_options)
     from ragen.runs.evaluate import evaluate  # torch: after the arguments are checked
@@ -190,7 +198,7 @@ def eval_cmd(env_name, model_name, k, n_groups, temperature, out, options, promp
     metrics = evaluate(names[0] if len(names) == 1 else names, model_name, k=k, n_groups=n_groups,
                        temperature=temperature, out=out, options=shared, env_options=per_env, parser=parser_name,
                        parser_options=parser_opts,
-                       prompt=default_prompt(model_name) if prompt == "auto" else prompt)
+                       prompt=default_prompt(model_name) if prompt == "auto" else prompt, window=int(window))
     click.echo(json.dumps(metrics, indent=2))
     if len(names) > 1:
         rows = ([[n, *_eval_row(m, k)] for n, m in metrics["envs"].items()]

@@ -579,6 +579,15 @@ def recorded_prompt(record: dict) -> str | None:
     return style if style in PROMPTS else None
 
 
+def recorded_window(record: dict) -> int | None:
+    """The history window (``rollout.max_context_window``) a model record holds: 0 (all turns) for a record from
+    before windows were recorded; None without a record or with a value that is no non-negative integer."""
+    if not record:
+        return None
+    window = record.get("window", 0)
+    return window if isinstance(window, int) and not isinstance(window, bool) and window >= 0 else None
+
+
 def default_prompt(model_name: str, record: dict | None = None) -> str:
     """What ``rollout.prompt='auto'`` (and ``ragen eval --prompt auto``) means for ``model_name``: the style its
     folder records (``record``, read when not given), else compact for the built-in models in COMPACT_PROMPT_MODELS,

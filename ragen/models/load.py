@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ragen.config.schema import MODEL_RECORD, model_record, recorded_prompt
+from ragen.config.schema import MODEL_RECORD, model_record, recorded_prompt, recorded_window
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
 from ragen.models.builtin import BUILTIN_MODELS, TINY_DIRNAME
@@ -110,12 +110,13 @@ def packaged_gguf(name: str) -> Path:
 PARSER_FILE = MODEL_RECORD
 
 
-def save_parser(folder: str | os.PathLike, name: str, options: dict | None = None, prompt: str = "full") -> None:
-    """Record in ``folder`` which parser and prompt style (``rollout.prompt``) the model was trained with, so
-    ``ragen eval`` reads it the same way."""
+def save_parser(folder: str | os.PathLike, name: str, options: dict | None = None, prompt: str = "full",
+                window: int = 0) -> None:
+    """Record in ``folder`` which parser, prompt style (``rollout.prompt``) and history window
+    (``rollout.max_context_window``) the model was trained with, so ``ragen eval`` plays it the same way."""
     import json
 
-    record = {"parser": name, "parser_options": dict(options or {}), "prompt": prompt}
+    record = {"parser": name, "parser_options": dict(options or {}), "prompt": prompt, "window": int(window)}
     (Path(folder) / PARSER_FILE).write_text(json.dumps(record) + "\n")
 
 
@@ -127,6 +128,12 @@ def trained_parser(model: str) -> tuple[str, dict] | None:
         return str(record["parser"]), dict(record.get("parser_options") or {})
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
+
+
+def trained_window(model: str) -> int | None:
+    """The history window recorded in a local model folder by ``save_parser`` (0 for a record from before windows
+    were recorded), else None."""
+    return recorded_window(model_record(model))
 
 
 def trained_prompt(model: str) -> str | None:

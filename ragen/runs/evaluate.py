@@ -20,12 +20,13 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
              seed: int = 0, out: Path | None = None, options: dict | None = None, parser: str = "think-answer",
              parser_options: dict | None = None, max_model_len: int = 3600, device: str = "auto",
              work_dir: Path = Path("runs/eval-models"), env_options: dict[str, dict] | None = None,
-             progress: bool = True, prompt: str = "full") -> dict:
+             progress: bool = True, prompt: str = "full", window: int = 0) -> dict:
     """Play ``n_groups`` validation seeds (123, 124, ... for each env) with ``k`` samples each; returns the metrics.
 
     ``env_name``: one variant, or several played in one rollout; then the metrics hold ``envs`` (one entry
     per variant) and ``overall``. ``options`` apply to every env, ``env_options[name]`` to one (and win).
-    ``progress``: a bar of turns played on stderr. ``prompt``: the frame's style (``rollout.prompt``)."""
+    ``progress``: a bar of turns played on stderr. ``prompt``: the frame's style (``rollout.prompt``); ``window``: the
+    past turns each prompt holds (``rollout.max_context_window``, 0 = all)."""
     from ragen.models.load import load_model_and_tokenizer
 
     names = [env_name] if isinstance(env_name, str) else list(dict.fromkeys(env_name))
@@ -37,7 +38,8 @@ def evaluate(env_name: str | Sequence[str], model: str, *, k: int = 1, n_groups:
     # each env plays seeds 123.. (its groups, laid out env by env), k members per seed
     groups = EnvGroups(specs, group_size=k, split="val", seeds=val_seeds(per_env=n_groups))
     settings = RolloutSettings(parser=make_component("parser", parser, **(parser_options or {})),
-                               max_model_len=max_model_len, chat_format=fmt, prompt=prompt)
+                               max_model_len=max_model_len, chat_format=fmt, prompt=prompt,
+                               max_context_window=window)
     try:
         with progress_bar(0, 0, progress, desc="eval", unit="turn") as bar:
             res = run_rollout(engine, groups, SamplingParams(temperature=temperature, seed=seed), settings,

@@ -126,7 +126,7 @@ def load(run_dir: Path, actor, critic) -> dict:
 
 
 def export(
-    out: Path, module: torch.nn.Module, tokenizer, lora: bool, parser: tuple[str, dict, str] | None = None
+    out: Path, module: torch.nn.Module, tokenizer, lora: bool, parser: tuple[str, dict, str, int] | None = None
 ) -> Path:
     """The policy as a plain Hugging Face folder with its tokenizer (LoRA: merged, and the adapter alone in
     ``out/adapter``) and, given ``parser``, the record of the parser it answers for; rank 0 writes it."""

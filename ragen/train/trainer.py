@@ -263,7 +263,8 @@ class Trainer:
         return self.step_idx
 
     def export(self) -> Path:
-        parser = (self.cfg.rollout.parser, dict(self.cfg.rollout.parser_options), self.cfg.rollout.prompt)
+        r = self.cfg.rollout
+        parser = (r.parser, dict(r.parser_options), r.prompt, r.max_context_window)
         return checkpoint.export(self.run_dir / checkpoint.FINAL, self.actor.module, self.tokenizer, self.lora, parser)
 
     def close(self) -> None:

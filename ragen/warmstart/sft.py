@@ -234,7 +234,7 @@ def warm_start_model(run: ResolvedRun | RunConfig, out, model_name: str | None =
                       device=device, progress=cfg.logging.progress, stop=stop, prompt_weight=prompt_weight(cfg))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    save_parser(out, cfg.rollout.parser, cfg.rollout.parser_options, cfg.rollout.prompt)
+    save_parser(out, cfg.rollout.parser, cfg.rollout.parser_options, cfg.rollout.prompt, cfg.rollout.max_context_window)
     shutil.rmtree(out / "model-source", ignore_errors=True)
     metrics.update({"sft/demo_success": demos.metrics.get("success", 0.0),
                     "sft/demos": float(len(demos.trajectories))})
