@@ -14,6 +14,7 @@ a few groups) does not read as a trend.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -237,10 +238,11 @@ class Trend:
     t: float
     values: tuple[float, ...] = attrs.field(default=(), repr=False)  #: every step's value, for the rank trend
 
-    @property
+    @functools.cached_property
     def rank_z(self) -> float:
-        """The Mann-Kendall z of the whole series (``rank_z``), computed when a rule asks: its pairs grow with the
-        square of the steps, and only the rising-reward rule reads it."""
+        """The Mann-Kendall z of the whole series (``rank_z``), computed when a rule first asks and kept: its pairs
+        grow with the square of the steps, only the rising-reward rule reads it, and it reads it up to four times
+        (the live diagnosis runs at every step)."""
         return rank_z(self.values)
 
     @property
