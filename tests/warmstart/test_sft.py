@@ -43,6 +43,7 @@ def test_sft_then_eval_beats_the_untrained_model(tmp_path):
         "parser": "think-answer",
         "parser_options": {},
         "prompt": "full",
+        "window": 0,
     }
 
     before = evaluate(out / "model-source" / "tiny-model", tmp_path, "before")
