@@ -459,3 +459,24 @@ def test_the_learning_benchmarks_runs_raise_no_high_finding(tmp_path, env):
         status = {c.code: c.status for c in d.checks}
         assert status["blind-policy"] == dg.CLEAR and status["no-learning"] != dg.NOT_MEASURED, status
         assert [f.to_json() for f in d.findings if f.severity == "high"] == [], (run["arm"], run["seed"])
+
+
+def test_the_bandit_runs_that_got_worse_greedy_and_only_they_raise_no_learning_high(tmp_path):
+    """The learning benchmark's 9 bandit runs: sampled validation success rose in every one, greedy success fell beyond
+    noise in three (paired z -3.1 to -3.9). The greedy paired comparison is the verdict (docs/diagnosis.md
+    "no-learning"), so those three raise `no-learning` high, nothing else is high, and the other six raise nothing
+    high."""
+    runs = [r for r in json.loads(LEARNING.read_text())["runs"] if r["env"] == "bandit"]
+    assert len(runs) == 9 and all(r["curve"][-1][1] > r["curve"][0][1] for r in runs)
+    flagged = set()
+    for run in runs:
+        d = dg.diagnose(write_run(tmp_path / f"{run['arm']}-{run['seed']}", benchmark_rows(run),
+                                  {"env": {"name": "bandit"}}))
+        high = [f for f in d.findings if f.severity == "high"]
+        if run["paired"]["z"] <= dg.REGRESSION_Z:
+            assert [f.code for f in high] == ["no-learning"], (run["arm"], run["seed"], high)
+            assert high[0].evidence[0].values[0] == pytest.approx(run["paired"]["z"])
+            flagged.add((run["arm"], run["seed"]))
+        else:
+            assert high == [], (run["arm"], run["seed"], high)
+    assert flagged == {("grpo", 1), ("ppo", 2), ("starpo-s", 0)}
