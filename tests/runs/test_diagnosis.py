@@ -382,6 +382,18 @@ REAL_RUNS = {
     "farming-gate-never": (
         {},
         {"step-cost-farming": (14, "rollout/actions_per_turn", (1.7549, 1.3021))}),
+    # not `small` on Sokoban: the built-in `tiny` model on FrozenLake, which reasons in <think> (so the collapse
+    # metrics run), warm-started for one epoch instead of 24 (`warmstart.epochs=1`, 8 GRPO steps, collapse.compute_freq
+    # 2): its reasoning has the demos' shape ("The player is at ... the goal is at ...") but not their content, so it
+    # varies as much after one board as after another: first-turn MI 0.1-1% of log N while H(Z|X) stays above 0.5
+    # nats per token; no valid answer, so every group is all-fail
+    "under-trained-think": (
+        {"template-collapse": ("warning", "collapse_first_turn_sample/mi_estimate", (0.0013,)),
+         "zero-signal": ("high", "rollout/frac_zero_std_groups", (1.0,)),
+         "unstable-update": ("warning", "actor/grad_norm", (0.2756,))},
+        {"zero-signal": (3, "rollout/frac_zero_std_groups", (1.0,)),
+         "template-collapse": (3, "collapse_first_turn_sample/conditional_entropy_est", (0.5281,)),
+         "unstable-update": (6, "actor/grad_norm", (0.2756,))}),
 }
 
 
