@@ -1,8 +1,8 @@
 """Real-model benchmark: does RL make a pretrained instruct LLM (SmolLM2-135M-Instruct by default) better on held-out
 levels, on the CPU it runs on, and does it beat the policies that never read their state?
 
-Per env (frozenlake, sokoban) and arm (``grpo`` and ``ppo``) and RL seed, one ``ragen run`` of the env's RECIPE
-(below: warm start on expert demos, the answer-only parser, the compact prompt, ...) with the greedy paired
+Per env (frozenlake, sokoban) and arm (``grpo``, ``ppo``, ``dapo-wide``: ARMS) and RL seed, one ``ragen run`` of the
+env's RECIPE (below: warm start on expert demos, the answer-only parser, the compact prompt, ...) with the greedy paired
 before/after comparison on ``--paired-levels`` held-out levels (``rollout.n_paired_levels``: the validation seeds
 123.., split val; ragen/runs/paired.py). Beside each run, on the same levels, the blind baselines:
 
@@ -59,6 +59,11 @@ ARMS: dict[str, list[str]] = {
     # section 5: credit per trajectory blames a failure's correct moves)
     "grpo": ["--algo", "grpo", "--filter", "zero-variance"],
     "ppo": ["--algo", "ppo"],
+    # DAPO sampling wide: 16 groups of 8 per step (128 episodes) instead of the recipe's 4 x 4, updating on the groups
+    # with reward spread (1-7 per step, against 0-2): the first arm that moved SmolLM2 up, +5.5 points greedy after 15
+    # steps at actor lr 1e-5 (z 2.0, one seed; section 6 of the note). Its `section.key=value` entries come after the
+    # recipe's, so they replace its group settings.
+    "dapo-wide": ["--algo", "dapo", "rollout.n_groups=16", "rollout.group_size=8"],
 }
 
 #: per env: the `ragen run` overrides of every run (the recipe). Starting points, to be replaced by the measured recipe.
@@ -94,13 +99,14 @@ RECIPE: dict[str, list[str]] = {
 #: 2026-11-29 (median GRPO step 99 s; the default real-model warm start, 256 demos x 3 epochs, 2,141 s), sokoban's
 #: scaled from them; the times of finished runs in the JSON replace step_s on a resume. ``warm_s``: demos + the
 #: real-model warm start; ``paired_s``: one greedy pass over 128 levels (112 s measured for frozenlake);
-#: ``start_s``: process start, model load, export; ``arm_factor``: a PPO step (critic) vs GRPO's.
+#: ``start_s``: process start, model load, export; ``arm_factor``: a PPO step (critic) vs GRPO's, a dapo-wide step
+#: (8x the episodes, updates on 1-7 kept groups: 150-190 s alone, 2026-11-29) vs GRPO's.
 COST = {
     "step_s": {"frozenlake": 100.0, "sokoban": 110.0},
     "paired_s": {"frozenlake": 150.0, "sokoban": 200.0},
     "warm_s": {"frozenlake": 2000.0, "sokoban": 2600.0},
     "start_s": 30.0,
-    "arm_factor": {"grpo": 1.0, "ppo": 2.0},
+    "arm_factor": {"grpo": 1.0, "ppo": 2.0, "dapo-wide": 1.7},
 }
 
 
@@ -177,8 +183,10 @@ def estimate_s(job: dict, paired_levels: int, warm: bool, cost: dict = COST, mea
 
 
 def command(job: dict, args, root: Path, name: str) -> list[str]:
-    return [sys.executable, "-m", "ragen", "run", "--env", job["env"], *ARMS[job["arm"]], "--model", args.model,
-            *RECIPE[job["env"]], f"trainer.seed={job['seed']}", f"trainer.steps={job['steps']}",
+    arm = ARMS[job["arm"]]
+    flags, overrides = [a for a in arm if "=" not in a], [a for a in arm if "=" in a]  # the latter win over RECIPE's
+    return [sys.executable, "-m", "ragen", "run", "--env", job["env"], *flags, "--model", args.model,
+            *RECIPE[job["env"]], *overrides, f"trainer.seed={job['seed']}", f"trainer.steps={job['steps']}",
             f"rollout.n_paired_levels={args.paired_levels}", f"trainer.threads={args.threads}",
             "logging.progress=false", "logging.save_trajectories=0", f"logging.run_dir={root}", f"logging.name={name}",
             *args.override]
