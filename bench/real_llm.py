@@ -187,6 +187,8 @@ def command(job: dict, args, root: Path, name: str) -> list[str]:
     flags, overrides = [a for a in arm if "=" not in a], [a for a in arm if "=" in a]  # the latter win over RECIPE's
     return [sys.executable, "-m", "ragen", "run", "--env", job["env"], *flags, "--model", args.model,
             *RECIPE[job["env"]], *overrides, f"trainer.seed={job['seed']}", f"trainer.steps={job['steps']}",
+            # the greedy before/after pass is the verdict at any --steps (a run under 10 steps would skip it)
+            "trainer.short_run_steps=0",
             f"rollout.n_paired_levels={args.paired_levels}", f"trainer.threads={args.threads}",
             "logging.progress=false", "logging.save_trajectories=0", f"logging.run_dir={root}", f"logging.name={name}",
             *args.override]

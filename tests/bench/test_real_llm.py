@@ -57,22 +57,30 @@ def test_the_plan_runs_every_env_arm_and_seed_and_resumes(real_llm):
     assert real_llm.estimate_s(jobs[1], 128, False) > real_llm.estimate_s(jobs[0], 128, False)  # ppo costs more
 
 
-def test_an_arms_overrides_replace_the_recipes(real_llm):
-    """dapo-wide samples 16 groups of 8 where the recipe says 4 x 4: its overrides come after the recipe's in the
-    `ragen run` command, and the run's config resolves them (the last value of a key wins)."""
-    import argparse
-
+def run_config(cmd: list[str]):
+    """The RunConfig a `ragen run` command line resolves to, parsed by the real CLI (nothing is run)."""
     import click
 
     from ragen.cli import cli
     from ragen.config.load import load_config
 
+    root = click.Context(cli, info_name="ragen")
+    with cli.commands["run"].make_context("run", cmd[cmd.index("run") + 1:], parent=root) as ctx:
+        return load_config(None, list(ctx.params["overrides"]))
+
+
+def test_an_arms_overrides_replace_the_recipes(real_llm):
+    """dapo-wide samples 16 groups of 8 where the recipe says 4 x 4: its overrides come after the recipe's in the
+    `ragen run` command, and the run's config resolves them (the last value of a key wins). The greedy paired pass is
+    played at any --steps: a run under trainer.short_run_steps would skip it, and it is the benchmark's verdict."""
+    import argparse
+
     args = argparse.Namespace(model="smollm2", paired_levels=128, threads=1, override=[])
     job = {"env": "frozenlake", "arm": "dapo-wide", "seed": 0, "steps": 20}
     cmd = real_llm.command(job, args, ROOT / "runs", "x")
     assert cmd[cmd.index("--algo") + 1] == "dapo"
-    root = click.Context(cli, info_name="ragen")
-    with cli.commands["run"].make_context("run", cmd[cmd.index("run") + 1:], parent=root) as ctx:
-        overrides = list(ctx.params["overrides"])
-    cfg = load_config(None, overrides)
+    cfg = run_config(cmd)
     assert (cfg.rollout.n_groups, cfg.rollout.group_size, cfg.rollout.max_context_window) == (16, 8, 1)
+    short = run_config(real_llm.command({**job, "arm": "grpo", "steps": 3}, args, ROOT / "runs", "x"))
+    assert (short.trainer.steps, short.trainer.short_run_steps, short.rollout.n_paired_levels) == (3, 0, 128)
+    assert short.rollout.n_groups == 4
