@@ -78,8 +78,11 @@ LENGTH_DRIFT = 0.5
 #: reward-norm shaper) has a mean of 0 up to rounding, whose 1e-17 wobble can have any t
 REWARD_MIN_CHANGE = 1e-6
 #: the entropy's last third below this share of its first third: the policy samples almost one answer, so exploration
-#: and group spread go with it
-ENTROPY_FRACTION = 0.2
+#: and group spread go with it. Half, not less: the per-token entropy of a real collapsed policy keeps a floor (format
+#: tokens, the levels it never solves). Real runs of the `small` model that ended on one first answer on 16 of 16
+#: levels kept 39% (a farmed shaper) and 46% (lr 1e-3) of their start, one memorising 8 levels 31%; the README's main
+#: job keeps 79%, SmolLM2 on FrozenLake 74% (docs/notes/2026-11-29-diagnosis-real-runs.md)
+ENTROPY_FRACTION = 0.5
 #: KL to the reference above this (nats per token): the policy moved far from where it started, usually before it
 #: degenerates (healthy GRPO/PPO runs stay below 0.1)
 REF_KL_MAX = 1.0
@@ -97,7 +100,8 @@ REGRESSION_Z = -2.0
 #: training success rising by this much (absolute, with a trend) while held-out success does not: the run is learning
 #: its training levels, not the task
 OVERFIT_TRAIN_RISE = 0.1
-#: held-out success changing by less than this many standard errors: flat
+#: held-out success rising by less than this many standard errors from the first validation to the last: flat (a fall
+#: counts too: a real 8-level run rose 37% -> 59% on its training levels while held-out fell 34% -> 23%, SE 8)
 FLAT_SE = 1.0
 #: V2 template collapse without configured thresholds: MI below this share of its upper bound log N (the reasoning
 #: barely tells the prompts apart) while H(Z|X) per token stays above TEMPLATE_MIN_H (varied text, not one sentence)
@@ -641,7 +645,7 @@ def check_overfit(data: RunData) -> Check:
         f"success went {_pct(first['val/success'])} -> {_pct(last['val/success'])} (SE {100 * se:.1f})",
         (train.evidence(OVERFIT_TRAIN_RISE),
          Evidence("val/success", (first["step"], last["step"]), (first["val/success"], last["val/success"]),
-                  FLAT_SE * se, "held-out change within one SE")), RULE[OVERFIT].action))
+                  FLAT_SE * se, "held-out rise under one SE")), RULE[OVERFIT].action))
 
 
 RULES: tuple[Rule, ...] = (

@@ -344,11 +344,13 @@ REAL_RUNS = {
         {"blind-policy": ("high", "val/distinct_first_answers", (1.0,)),
          "zero-signal": ("high", "rollout/frac_zero_std_groups", (0.75,)),
          "kl-blowup": ("high", "actor/ref_kl", (1.468,)),
-         "no-learning": ("high", "paired/z", (-3.0, -0.2812, 0.09375))},
+         "no-learning": ("high", "paired/z", (-3.0, -0.2812, 0.09375)),
+         "entropy-collapse": ("warning", "actor/entropy", (0.1368, 0.0634))},
         {"kl-blowup": (3, "actor/ppo_kl", (0.1321,)),
          "format-collapse": (6, "rollout/valid_format_rate", (0.9914, 0.7289)),
          "blind-policy": (15, "val/optimal_action_rate", (0.125, 0.2625)),
-         "zero-signal": (15, "rollout/frac_zero_std_groups", (0.75,))}),
+         "zero-signal": (15, "rollout/frac_zero_std_groups", (0.75,)),
+         "entropy-collapse": (15, "actor/entropy", (0.1368, 0.0634))}),
     # the same at actor lr 3e-3, 12 steps: the format collapsed to no valid turn from step 7 (12-token answers)
     "lr-3e-3": (
         {"format-collapse": ("high", "rollout/valid_format_rate", (0.7004, 0.0)),
@@ -363,12 +365,15 @@ REAL_RUNS = {
          "unstable-update": (9, "actor/grad_norm", (3.811,))}),
     # GRPO at actor lr 5e-4 without the gate, paid +1 per executed Up by a farmable test shaper
     # (tests/runs/farmed_reward_run.py): the policy ended on "Up Up" everywhere, success 16% -> 0%, while the shaped
-    # reward climbed (a one-step dip at step 11 held the thirds' t at 1.5; the rank z over every step is 2.6)
+    # reward climbed (a one-step dip at step 11 held the thirds' t at 1.5; the rank z over every step is 2.6); its
+    # token entropy fell to 39% of its start
     "farmed-shaper": (
         {"blind-policy": ("high", "val/optimal_action_rate", (0.04, 0.25)),
          "reward-without-success": ("high", "reward/shaped_mean", (3.9787, 6.5269)),
-         "no-learning": ("high", "paired/z", (-2.8284, -0.25, 0.0884))},
-        {"blind-policy": (15, "val/optimal_action_rate", (0.04, 0.25)),
+         "no-learning": ("high", "paired/z", (-2.8284, -0.25, 0.0884)),
+         "entropy-collapse": ("warning", "actor/entropy", (0.1196, 0.0463))},
+        {"entropy-collapse": (14, "actor/entropy", (0.1231, 0.0538)),
+         "blind-policy": (15, "val/optimal_action_rate", (0.04, 0.25)),
          "reward-without-success": (15, "reward/shaped_mean", (3.9787, 6.5269))}),
     # the main job's command with an empty warm-start cache at git acdfb0a: a warm start that came out blind (its
     # optimal moves below chance from step 0), 60 steps of RL that moved nothing
@@ -394,6 +399,16 @@ REAL_RUNS = {
         {"zero-signal": (3, "rollout/frac_zero_std_groups", (1.0,)),
          "template-collapse": (3, "collapse_first_turn_sample/conditional_entropy_est", (0.5281,)),
          "unstable-update": (6, "actor/grad_norm", (0.2756,))}),
+    # GRPO on 8 fixed training levels (rollout.train_levels=8, 8 groups a step: every level every step) at actor lr
+    # 3e-4, 36 steps, 64 held-out validation levels every 6 steps: success on the training levels rose 37% -> 59%
+    # while held-out success fell 34% -> 23% (greedy on 64 held-out levels 31% -> 22%, z -1.6), and the token
+    # entropy fell to 31% of its start as the policy settled on its answers to those levels
+    "levels8": (
+        {"overfit-levels": ("warning", "rollout/success", (0.3737, 0.5885)),
+         "entropy-collapse": ("warning", "actor/entropy", (0.0966, 0.0298)),
+         "no-learning": ("warning", "paired/z", (-1.6036, -0.0938, 0.0585))},
+        {"overfit-levels": (12, "rollout/success", (0.3281, 0.4375)),
+         "entropy-collapse": (13, "actor/entropy", (0.1214, 0.0586))}),
 }
 
 
@@ -412,6 +427,19 @@ def test_a_real_run_is_diagnosed_with_its_evidence(name):
         assert found[code].severity == severity
         assert_evidence(found[code], metric, values)
     assert {c for c, f in found.items() if f.severity == "high"} <= set(expected)  # no other alarm
+
+
+def test_a_real_overfit_run_shows_its_held_out_levels():
+    """The 8-level run (REAL_RUNS["levels8"]): beside the training rise, the evidence holds the first and last
+    validation on the 64 held-out levels and the line a rise had to clear: one binomial SE of their difference."""
+    [f] = [f for f in dg.diagnose(DATA / "levels8").findings if f.code == "overfit-levels"]
+    train, held = f.evidence
+    assert train.metric == "rollout/success" and train.threshold == dg.OVERFIT_TRAIN_RISE
+    assert held.metric == "val/success" and held.steps == (0, 36)
+    assert held.values == pytest.approx((22 / 64, 15 / 64))
+    p = (22 + 15) / 128
+    assert held.threshold == pytest.approx(dg.FLAT_SE * (2 * p * (1 - p) / 64) ** 0.5)
+    assert held.values[1] - held.values[0] < held.threshold
 
 
 @pytest.mark.parametrize("name", REAL_RUNS)
