@@ -198,6 +198,8 @@ class RunData:
     run_dir: Path | None = None
     open_loop: bool = False
     search_levels: int = 0  #: training levels the exhaustive fixed-sequence search uses (0: no search)
+    #: the run's ``rollout.train_levels`` (config.yaml or the live run's config); None: not known (a folder without it)
+    train_levels: int | None = None
     cache: dict = attrs.field(factory=dict, eq=False)
 
     def jsonl(self, name: str) -> list[dict]:
@@ -625,6 +627,11 @@ OVERFIT = "overfit-levels"
 
 
 def check_overfit(data: RunData) -> Check:
+    if data.train_levels == 0:
+        # every group played a level it never trained on (rollout.train_levels 0): training success is itself a
+        # held-out measure, and its rises follow the level schedule (steps whose levels happen to be easy: the README
+        # main job's training success rose from 20% to 54% by step 20 while validation went 34% -> 36%)
+        return Check(OVERFIT, CLEAR)
     train = _success_trend(data)
     vals = [r for r in data.rows if isinstance(r.get("val/success"), (int, float))]
     if train is None or len(vals) < 2:
@@ -781,10 +788,22 @@ def _open_loop(data: RunData) -> dict:
 # ---- running the rules -----------------------------------------------------------------------------------------------
 
 
+def configured_train_levels(run_dir: Path) -> int | None:
+    """``rollout.train_levels`` from the run folder's config.yaml; None when it has none, or an unreadable one."""
+    from ragen.train.runlog import saved_config
+
+    try:
+        value = saved_config(run_dir).get("rollout", {}).get("train_levels")
+    except Exception:  # noqa: BLE001 - a hint for one rule: a folder that does not say is "not known", never an error
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def diagnose_rows(rows: Iterable[dict], run_dir: Path | None = None, *, open_loop: bool = False,
-                  search_levels: int = 0, live: bool = False) -> Diagnosis:
+                  search_levels: int = 0, live: bool = False, train_levels: int | None = None) -> Diagnosis:
     """Every rule over ``rows`` (metrics.jsonl rows); ``live``: only the rules that make sense mid-run."""
-    data = RunData(tuple(rows), Path(run_dir) if run_dir is not None else None, open_loop, search_levels)
+    data = RunData(tuple(rows), Path(run_dir) if run_dir is not None else None, open_loop, search_levels,
+                   train_levels)
     checks = []
     for rule in RULES:
         if live and not rule.live:
@@ -799,7 +818,8 @@ def diagnose(run_dir: str | Path, *, open_loop: bool = False, search_levels: int
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         raise RagenError(f"{str(run_dir)!r} is not a run folder (no metrics.jsonl)")
-    data = RunData(tuple(plot.read_jsonl(run_dir / "metrics.jsonl")), run_dir, open_loop, search_levels)
+    data = RunData(tuple(plot.read_jsonl(run_dir / "metrics.jsonl")), run_dir, open_loop, search_levels,
+                   configured_train_levels(run_dir))
     diag = Diagnosis(str(run_dir), tuple(rule.check(data) for rule in RULES))
     return attrs.evolve(diag, open_loop=open_loop_baseline(data) if open_loop else None)
 
@@ -808,24 +828,29 @@ class Watcher:
     """The live warning: fed each step's metrics, it returns the findings that fire for the first time (a resumed run
     starts from its folder's rows, and what they already showed is not warned again)."""
 
-    def __init__(self, rows: Iterable[dict] = ()):
-        self.rows = list(rows)
-        self.warned = ({f.code for f in diagnose_rows(self.rows, live=True).findings}
-                       if self._steps() >= LIVE_MIN_STEPS else set())
+    def __init__(self, rows: Iterable[dict] = (), train_levels: int | None = None):
+        self.rows, self.train_levels = list(rows), train_levels
+        self.warned = ({f.code for f in self._diagnose().findings} if self._steps() >= LIVE_MIN_STEPS else set())
+
+    def _diagnose(self) -> Diagnosis:
+        return diagnose_rows(self.rows, live=True, train_levels=self.train_levels)
 
     def _steps(self) -> int:
         return len({r["step"] for r in self.rows if r.get("step", 0) > 0})
 
     @classmethod
-    def for_run(cls, run_dir: Path) -> Watcher:
-        """A watcher of the run in ``run_dir``, starting from the rows it already wrote."""
-        return cls(plot.read_jsonl(Path(run_dir) / "metrics.jsonl"))
+    def for_run(cls, run_dir: Path, train_levels: int | None = None) -> Watcher:
+        """A watcher of the run in ``run_dir``, starting from the rows it already wrote; ``train_levels``: the run's
+        ``rollout.train_levels`` (None: read from its config.yaml)."""
+        if train_levels is None:
+            train_levels = configured_train_levels(Path(run_dir))
+        return cls(plot.read_jsonl(Path(run_dir) / "metrics.jsonl"), train_levels)
 
     def __call__(self, step: int, metrics: dict) -> list[Finding]:
         self.rows.append({"step": step, **metrics})
         if self._steps() < LIVE_MIN_STEPS or (step > LIVE_EVERY_AFTER and step % LIVE_EVERY):
             return []
-        new = [f for f in diagnose_rows(self.rows, live=True).findings if f.code not in self.warned]
+        new = [f for f in self._diagnose().findings if f.code not in self.warned]
         self.warned |= {f.code for f in new}
         return new
 

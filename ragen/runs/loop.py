@@ -119,7 +119,8 @@ def run_steps(trainer: Trainer) -> None:
     cfg = trainer.cfg.trainer
     t_start = time.perf_counter()
     bar = progress(cfg.steps, trainer.step_idx, trainer.cfg.logging.progress and dp.is_main())
-    watch = Watcher.for_run(trainer.run_dir) if dp.is_main() else None  # a warning the first time a finding fires
+    # a warning the first time a finding fires
+    watch = Watcher.for_run(trainer.run_dir, trainer.cfg.rollout.train_levels) if dp.is_main() else None
     try:
         while trainer.step_idx < cfg.steps:
             if dp.all_reduce_sum([float(interrupt.requested())])[0]:  # every rank stops after the same step

@@ -381,7 +381,8 @@ REAL_RUNS = {
         {"blind-policy": ("high", "val/optimal_action_rate", (0.198, 0.2878)),
          "no-learning": ("warning", "paired/z", (0.378, 0.0078, 0.0207))},
         {"blind-policy": (3, "val/optimal_action_rate", (0.2295, 0.283)),
-         # training success follows the level schedule (the note): a warning that is gone by the end
+         # training success follows the level schedule (the note): a warning that is gone by the end (this folder
+         # has no config.yaml; with rollout.train_levels 0 known the rule stays clear: see the test below)
          "overfit-levels": (23, "rollout/success", (0.1161, 0.3304))}),
     # the main job with success_gate=never (RAGEN's behaviour): GRPO farms the step cost in all-fail groups
     "farming-gate-never": (
@@ -520,3 +521,32 @@ def test_the_bandit_runs_that_got_worse_greedy_and_only_they_raise_no_learning_h
         else:
             assert high == [], (run["arm"], run["seed"], high)
     assert flagged == {("grpo", 1), ("ppo", 2), ("starpo-s", 0)}
+
+
+def test_overfit_levels_needs_repeated_training_levels(tmp_path):
+    """With rollout.train_levels 0 every group plays a level it never trained on, so training success is itself
+    held out: the README main job's training success rose 20% -> 54% by step 20 with the level schedule (steps whose
+    levels are easy) while validation had not moved, and the live check warned `overfit-levels` there. From the run's
+    config.yaml (or the live run's config) the rule now knows; the 8-level run still fires, live and at the end."""
+    from ragen.runs import plot
+
+    def replay(folder: Path, rows: list[dict], train_levels=None) -> dict:
+        watch, fired = dg.Watcher.for_run(folder, train_levels), {}
+        for r in rows[1:]:
+            fired |= {f.code: r["step"] for f in watch(r["step"], {k: v for k, v in r.items() if k != "step"})}
+        return fired
+
+    main_rows = plot.read_jsonl(DATA / "main-job" / "metrics.jsonl")
+    assert replay(write_run(tmp_path / "unknown", main_rows[:1]), main_rows) == {"overfit-levels": 20}  # no config
+    fresh = write_run(tmp_path / "fresh", main_rows[:1], {"env": {"name": "sokoban"}, "rollout": {"train_levels": 0}})
+    assert dg.configured_train_levels(fresh) == 0
+    assert replay(fresh, main_rows) == {}
+    assert replay(write_run(tmp_path / "given", main_rows[:1]), main_rows, train_levels=0) == {}  # the loop passes it
+
+    rows = plot.read_jsonl(DATA / "levels8" / "metrics.jsonl")
+    fixed = write_run(tmp_path / "levels8", rows, {"env": {"name": "sokoban"}, "rollout": {"train_levels": 8}})
+    assert "overfit-levels" in {f.code for f in dg.diagnose(fixed).findings}
+    assert replay(write_run(tmp_path / "levels8-live", rows[:1], {"rollout": {"train_levels": 8}}), rows)[
+        "overfit-levels"] == 12
+    (fixed / "config.yaml").write_text("rollout: [not, a, mapping]\n")
+    assert dg.configured_train_levels(fixed) is None  # unreadable: not known, the rule runs as before
