@@ -793,15 +793,19 @@ def configured_train_levels(run_dir: Path) -> int | None:
     from ragen.train.runlog import saved_config
 
     try:
-        value = saved_config(run_dir).get("rollout", {}).get("train_levels")
-    except Exception:  # noqa: BLE001 - a hint for one rule: a folder that does not say is "not known", never an error
+        rollout = saved_config(run_dir).get("rollout")
+    except RagenError:  # a hint for one rule: a folder that does not say is "not known", never an error
         return None
+    value = rollout.get("train_levels") if isinstance(rollout, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def diagnose_rows(rows: Iterable[dict], run_dir: Path | None = None, *, open_loop: bool = False,
                   search_levels: int = 0, live: bool = False, train_levels: int | None = None) -> Diagnosis:
-    """Every rule over ``rows`` (metrics.jsonl rows); ``live``: only the rules that make sense mid-run."""
+    """Every rule over ``rows`` (metrics.jsonl rows); ``live``: only the rules that make sense mid-run;
+    ``train_levels``: the run's ``rollout.train_levels`` (None: from ``run_dir``'s config.yaml when given)."""
+    if train_levels is None and run_dir is not None:
+        train_levels = configured_train_levels(Path(run_dir))
     data = RunData(tuple(rows), Path(run_dir) if run_dir is not None else None, open_loop, search_levels,
                    train_levels)
     checks = []

@@ -389,13 +389,13 @@ def _finding_figure(rows: list[dict], name: str, metric: str, threshold: float |
 def _diagnosis_html(runs: list[dict], curves: list[str]) -> str:
     """Each run's findings (ragen/runs/diagnosis.py; docs/diagnosis.md), most severe first: what was seen, what to try
     and its curve (the panel under Curves when drawn there, else a small one here)."""
-    from ragen.runs.diagnosis import NOT_MEASURED, configured_train_levels, diagnose_rows
+    from ragen.runs.diagnosis import NOT_MEASURED, diagnose_rows
 
     items = []
     for r in runs:
         if not r["metrics"]:
             continue
-        d = diagnose_rows(r["metrics"], Path(r["dir"]), train_levels=configured_train_levels(Path(r["dir"])))
+        d = diagnose_rows(r["metrics"], Path(r["dir"]))
         quiet = ", ".join(c.code for c in d.checks if c.status == NOT_MEASURED)
         if not d.findings:
             items.append(f"<p>{html.escape(r['name'])}: no finding"

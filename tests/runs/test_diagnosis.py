@@ -542,6 +542,9 @@ def test_overfit_levels_needs_repeated_training_levels(tmp_path):
     assert dg.configured_train_levels(fresh) == 0
     assert replay(fresh, main_rows) == {}
     assert replay(write_run(tmp_path / "given", main_rows[:1]), main_rows, train_levels=0) == {}  # the loop passes it
+    to_20 = [r for r in main_rows if r["step"] <= 20]  # the report's path: rows and the run folder
+    assert "overfit-levels" in {f.code for f in dg.diagnose_rows(to_20, tmp_path / "unknown", live=True).findings}
+    assert "overfit-levels" not in {f.code for f in dg.diagnose_rows(to_20, fresh, live=True).findings}
 
     rows = plot.read_jsonl(DATA / "levels8" / "metrics.jsonl")
     fixed = write_run(tmp_path / "levels8", rows, {"env": {"name": "sokoban"}, "rollout": {"train_levels": 8}})
