@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import yaml
 
+from ragen.config import bounded
 from ragen.config.fields import shown
 from ragen.config.schema import RunConfig
 from ragen.config.structure import converter, structure
@@ -41,7 +42,10 @@ def read_file(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
-        text = path.read_text(encoding="utf-8")
+        # bounded: a run folder's config.yaml is data (a resume, `ragen doctor`, the report read it back)
+        text = bounded.read_file(path, source=f"config file {str(path)!r}").decode("utf-8")
+    except bounded.BoundedReadError as exc:
+        raise ConfigError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}); give a YAML or TOML file"

@@ -145,6 +145,19 @@ def test_binary_and_absurdly_nested_files_give_one_line(tmp_path):
         load_config(overrides=["trainer.steps=" + "[" * 5000])
 
 
+def test_a_config_file_over_the_cap_is_refused_before_it_is_read(tmp_path):
+    """A run folder's config.yaml is read back by a resume, `ragen doctor` and the report: data, so its size is
+    capped before a byte is parsed (a sparse file: no disk is used)."""
+    from ragen.config.bounded import MAX_FILE_BYTES
+
+    huge = tmp_path / "config.yaml"
+    with open(huge, "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)
+    with pytest.raises(ConfigError, match="over the") as exc:
+        load_config(huge)
+    assert "\n" not in str(exc.value) and "config.yaml" in str(exc.value)
+
+
 def test_ragen_run_prints_one_line_and_builds_nothing(tmp_path):
     """Each example in its own `ragen run` process (started together: the machine is the bottleneck, not the order);
     each exits non-zero with exactly one line and leaves the run folder parent empty: no model was built."""
