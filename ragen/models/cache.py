@@ -1,4 +1,4 @@
-"""The user cache folder, and the cache of the built-in models (``tiny``, ``small``).
+"""The user cache folder, the cache of the built-in models (``tiny``, ``small``) and that of dequantized GGUF models.
 
 Building a built-in model trains a BPE tokenizer on the envs' text (seconds for sokoban) and initialises its weights
 at random; both are deterministic, so every ``ragen run/eval/sft`` of the same model and envs would otherwise redo
@@ -7,6 +7,11 @@ the files depend on: the corpus text itself (so an edited env, its options or it
 version bump), the model's size and build settings, the tokenizer's fixed settings, ``CACHE_VERSION`` and the
 versions of the libraries that write the files. A hit copies the entry into the run folder, which then holds the same
 bytes a fresh build would have written.
+
+A GGUF model (``smollm2``, ``gemma3``, a ``.gguf`` path) is dequantized by transformers on every load: for SmolLM2 22
+CPU-seconds (its tokenizer 5, its weights 17) against 0.7 s for the same weights and tokenizer saved as a plain
+folder. So the first load stores that folder under ``cache_base()/gguf/<key>`` (``gguf_key``: the file's content,
+the dtype and the converting libraries' versions) and later loads read it (``models.load.plain_source``).
 """
 
 from __future__ import annotations
@@ -100,7 +105,41 @@ def build_builtin(
     return hit
 
 
-def _store(entry: Path, build) -> None:
+#: the cache of dequantized GGUF models: subfolder, completion marker, the libraries whose versions change its files
+GGUF_SUBDIR = "gguf"
+GGUF_MARKER = ".ragen-gguf-complete"
+GGUF_LIBRARIES = ("transformers", "gguf", "torch", "tokenizers", "safetensors")
+
+
+def gguf_key(gguf: Path, dtype: str) -> str:
+    """The cache key of ``gguf`` dequantized to ``dtype``: the file's bytes (sha256; 0.1-0.3 s for a 100-250 MB
+    file, so a replaced file of the same name is a new key), its name, the dtype and the library versions."""
+    digest = hashlib.sha256()
+    with open(gguf, "rb") as f:
+        while chunk := f.read(1 << 23):
+            digest.update(chunk)
+    return key_of({"cache_version": CACHE_VERSION, "kind": "gguf", "file": gguf.name, "sha256": digest.hexdigest(),
+                   "dtype": dtype,
+                   "versions": {dist: distribution_version(dist) or "unknown" for dist in GGUF_LIBRARIES}})
+
+
+def cached_gguf(key: str, convert) -> Path | None:
+    """The cache entry ``gguf/<key>``, written by ``convert(folder)`` when missing; None when it cannot be stored (a
+    read-only cache folder): the caller then loads the GGUF file itself."""
+    entry = cache_base() / GGUF_SUBDIR / key
+    hit = (entry / GGUF_MARKER).is_file()
+    log.info("gguf_model_cache", key=key, path=str(entry), cached=hit,
+             note="" if hit else "one-time set-up: dequantizing the GGUF file into a plain model folder")
+    if not hit:
+        try:
+            _store(entry, convert, marker=GGUF_MARKER)
+        except OSError as exc:
+            log.warning("gguf_model_cache_not_stored", path=str(entry), error=str(exc)[:200])
+            return None
+    return entry if (entry / GGUF_MARKER).is_file() else None
+
+
+def _store(entry: Path, build, marker: str = MARKER) -> None:
     """Build into a private folder beside ``entry`` and rename it into place with its marker already written: a
     reader sees a whole entry or none; of two processes storing the same key, the second discards its copy."""
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -109,13 +148,13 @@ def _store(entry: Path, build) -> None:
         shutil.rmtree(tmp)
     try:
         build(tmp)
-        (tmp / MARKER).write_text("complete\n")
+        (tmp / marker).write_text("complete\n")
         for _ in range(2):
             try:
                 os.rename(tmp, entry)
                 return
             except OSError:  # another process stored the same key first (the same bytes): keep theirs
-                if (entry / MARKER).is_file():
+                if (entry / marker).is_file():
                     return
                 shutil.rmtree(entry, ignore_errors=True)  # a folder without its marker is never an entry
     finally:

@@ -17,7 +17,7 @@ from ragen.config.schema import MODEL_RECORD, model_record, recorded_prompt, rec
 from ragen.contract.env import Env
 from ragen.errors import ConfigError
 from ragen.models.builtin import BUILTIN_MODELS, TINY_DIRNAME
-from ragen.models.cache import build_builtin
+from ragen.models.cache import build_builtin, cached_gguf, gguf_key
 from ragen.models.templates import GEMMA3_CHAT_TEMPLATE
 
 
@@ -248,6 +248,37 @@ def ensure_chat_template(tokenizer: Any, name: str) -> None:
                           f"tokenizer_config.json")
 
 
+def plain_source(source: ModelSource, dtype: str = "float32") -> ModelSource:
+    """``source`` with a GGUF file replaced by the plain folder of its dequantized weights and tokenizer, from the
+    cache (``models.cache.cached_gguf``; converted and stored at the first load), so a run, an eval, a resume and
+    each rank of a launch do not dequantize the file again; any other source, or a cache that cannot be written,
+    is returned as it is. The folder holds what transformers makes of the file (the same tensors and token ids),
+    with the family's chat template where the file carries none."""
+    if source.gguf_file is None:
+        return source
+    gguf = Path(source.path) / source.gguf_file
+    entry = cached_gguf(gguf_key(gguf, dtype), lambda out: _dequantize(source, dtype, out))
+    return source if entry is None else attrs.evolve(source, path=str(entry), gguf_file=None)
+
+
+def _dequantize(source: ModelSource, dtype: str, out: Path) -> None:
+    """Load ``source``'s GGUF file as transformers does (tokenizer first: a missing chat template is refused before
+    the weights load) and save it as a plain model folder in ``out``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = source.from_pretrained_kwargs()
+    tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
+    ensure_chat_template(tokenizer, source.name)
+    dtype_key = "dtype" if _transformers_version() >= (4, 56) else "torch_dtype"  # renamed in 4.56
+    model = AutoModelForCausalLM.from_pretrained(source.path, **{dtype_key: getattr(torch, dtype)}, **kwargs)
+    model.hf_quantizer = None  # transformers dequantized the weights: drop its quantizer marker, else
+    if hasattr(model.config, "quantization_config"):  # save_pretrained refuses the plain weights
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
 def load_model_and_tokenizer(
     name: str,
     run_dir: str | os.PathLike,
@@ -261,9 +292,10 @@ def load_model_and_tokenizer(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = resolve_model(name, run_dir, env_names)
-    kwargs = source.from_pretrained_kwargs()
     torch_dtype = resolve_dtype(dtype, device)
     try:
+        source = plain_source(source, str(torch_dtype).removeprefix("torch."))
+        kwargs = source.from_pretrained_kwargs()
         tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
         ensure_chat_template(tokenizer, name)  # before the weights load: a refusal costs seconds, not minutes
         dtype_key = "dtype" if _transformers_version() >= (4, 56) else "torch_dtype"  # renamed in 4.56

@@ -161,7 +161,9 @@ def _engine_options(cfg: RunConfig, dtype: torch.dtype) -> dict:
 
 def _critic(cfg: RunConfig, source, device: torch.device, dtype: torch.dtype, lora: bool):
     from ragen.models.critic import ValueModel
+    from ragen.models.load import plain_source
 
+    source = plain_source(source, str(dtype).removeprefix("torch."))  # a GGUF file: the policy's dequantized copy
     value_model = ValueModel.from_causal_lm(source.path, dtype, **source.from_pretrained_kwargs()).to(device)
     if lora:
         from ragen.models.lora import add_critic_adapters

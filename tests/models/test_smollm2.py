@@ -2,6 +2,7 @@
 loads, samples, and keeps the token-in/token-out invariant under its own chat template."""
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +47,45 @@ def test_smollm2_saves_as_a_plain_model(tmp_path):
     ids = torch.tensor([tok.encode("Hello there, how are you")])
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, again(ids).logits, atol=1e-4)
+
+
+def test_a_gguf_file_is_dequantized_once_into_the_cache(tmp_path, monkeypatch):
+    """The first load stores the dequantized weights and the tokenizer as a plain folder (``gguf/<key>``); a later
+    load reads that folder without converting again; the folder holds what the file holds (the embedding, which
+    transformers copies without permuting, compared with the gguf reader's own dequantization; the token ids of a
+    rendered chat compared with the tokenizer transformers builds from the file); a cache that cannot be written
+    loads the file itself."""
+    import numpy as np
+    import torch
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    from transformers import AutoTokenizer
+
+    from ragen.models import load
+    from ragen.models.cache import GGUF_MARKER
+
+    monkeypatch.setenv("RAGEN_CACHE_DIR", str(tmp_path / "cache"))
+    source = load.resolve_model("smollm2", tmp_path / "src")
+    plain = load.plain_source(source)
+    entry = Path(plain.path)
+    assert plain.gguf_file is None and entry.parent == tmp_path / "cache" / "gguf" and (entry / GGUF_MARKER).is_file()
+
+    def no_conversion(*args):
+        raise AssertionError("a cached GGUF model was converted again")
+
+    monkeypatch.setattr(load, "_dequantize", no_conversion)
+    assert load.plain_source(source) == plain  # a hit
+    model, tok = load.load_model_and_tokenizer("smollm2", tmp_path / "src")
+    gguf = Path(source.path) / source.gguf_file
+    embd = next(t for t in GGUFReader(gguf).tensors if t.name == "token_embd.weight")
+    expected = torch.from_numpy(np.asarray(dequantize(embd.data, embd.tensor_type), dtype=np.float32))
+    weight = model.get_input_embeddings().weight.detach()
+    assert torch.equal(weight, expected.reshape(weight.shape))
+    direct = AutoTokenizer.from_pretrained(source.path, gguf_file=source.gguf_file)
+    chat = [{"role": "user", "content": "Turn 1:\nState:\n_P_G\nYour answer?"}]
+    assert tok.apply_chat_template(chat, add_generation_prompt=True) == \
+        direct.apply_chat_template(chat, add_generation_prompt=True)
+
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("RAGEN_CACHE_DIR", str(tmp_path / "not-a-folder"))
+    assert load.plain_source(source) == source
