@@ -260,11 +260,13 @@ def _rollout_with(model, tok, **engine_kwargs):
     from ragen.rollout import ChatFormat, EnvGroups, HFEngine, RolloutSettings, SamplingParams, run_rollout
 
     engine = HFEngine(model, tok, **engine_kwargs)
-    with EnvGroups("frozenlake-slippery", group_size=3, n_groups=2) as groups:
+    # 24 tokens a turn: the env's response_length caps each turn (the runner's max_new_tokens), and the random tiny
+    # model would otherwise write frozenlake's 400 every turn (34 s here, for the same claim)
+    with EnvGroups("frozenlake-slippery", group_size=3, n_groups=2, options={"response_length": 24}) as groups:
         res = run_rollout(
             engine,
             groups,
-            SamplingParams(temperature=1.0, seed=123, max_new_tokens=24),
+            SamplingParams(temperature=1.0, seed=123),
             RolloutSettings(chat_format=ChatFormat(tok)),
         )
     return res.trajectories, engine.kv_stats
