@@ -270,13 +270,23 @@ def _dequantize(source: ModelSource, dtype: str, out: Path) -> None:
     kwargs = source.from_pretrained_kwargs()
     tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
     ensure_chat_template(tokenizer, source.name)
-    dtype_key = "dtype" if _transformers_version() >= (4, 56) else "torch_dtype"  # renamed in 4.56
-    model = AutoModelForCausalLM.from_pretrained(source.path, **{dtype_key: getattr(torch, dtype)}, **kwargs)
-    model.hf_quantizer = None  # transformers dequantized the weights: drop its quantizer marker, else
-    if hasattr(model.config, "quantization_config"):  # save_pretrained refuses the plain weights
-        del model.config.quantization_config
+    model = AutoModelForCausalLM.from_pretrained(source.path, **_dtype_kwarg(getattr(torch, dtype)), **kwargs)
+    _drop_gguf_quantizer(model)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def _dtype_kwarg(torch_dtype) -> dict:
+    """``from_pretrained``'s dtype keyword: ``dtype`` since transformers 4.56, ``torch_dtype`` before."""
+    return {"dtype" if _transformers_version() >= (4, 56) else "torch_dtype": torch_dtype}
+
+
+def _drop_gguf_quantizer(model) -> None:
+    """transformers dequantized a GGUF file's weights at load but keeps its quantizer marker, and save_pretrained
+    (the GGUF cache, a warm start, the export, checkpoints) refuses a model that carries it: drop it."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
 
 
 def load_model_and_tokenizer(
@@ -298,10 +308,9 @@ def load_model_and_tokenizer(
         kwargs = source.from_pretrained_kwargs()
         tokenizer = AutoTokenizer.from_pretrained(source.path, **kwargs)
         ensure_chat_template(tokenizer, name)  # before the weights load: a refusal costs seconds, not minutes
-        dtype_key = "dtype" if _transformers_version() >= (4, 56) else "torch_dtype"  # renamed in 4.56
         attn = pick_attention(attn_implementation, device)
         model = AutoModelForCausalLM.from_pretrained(
-            source.path, **{dtype_key: torch_dtype}, attn_implementation=attn, **kwargs
+            source.path, **_dtype_kwarg(torch_dtype), attn_implementation=attn, **kwargs
         )
     except ImportError as exc:  # e.g. the gguf package for a packaged GGUF model
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -316,10 +325,8 @@ def load_model_and_tokenizer(
         raise ConfigError(f"model {name!r} could not be loaded from {source.path}: {exc}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token  # padding is never inferred from ids, so pad == eos is safe
-    if source.gguf_file is not None:  # transformers dequantized the GGUF weights at load: drop its quantizer marker,
-        model.hf_quantizer = None     # else save_pretrained (warm start, export, checkpoints) refuses the plain weights
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+    if source.gguf_file is not None:  # loaded from the file itself (the GGUF cache could not be written)
+        _drop_gguf_quantizer(model)
     model.to(device)
     model.eval()
     return model, tokenizer

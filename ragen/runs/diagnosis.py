@@ -800,14 +800,20 @@ def configured_train_levels(run_dir: Path) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _run_data(rows: Iterable[dict], run_dir: Path | None, open_loop: bool, search_levels: int,
+              train_levels: int | None = None) -> RunData:
+    """What the rules read; ``train_levels`` None: from ``run_dir``'s config.yaml when there is a folder."""
+    if train_levels is None and run_dir is not None:
+        train_levels = configured_train_levels(Path(run_dir))
+    return RunData(tuple(rows), Path(run_dir) if run_dir is not None else None, open_loop, search_levels,
+                   train_levels)
+
+
 def diagnose_rows(rows: Iterable[dict], run_dir: Path | None = None, *, open_loop: bool = False,
                   search_levels: int = 0, live: bool = False, train_levels: int | None = None) -> Diagnosis:
     """Every rule over ``rows`` (metrics.jsonl rows); ``live``: only the rules that make sense mid-run;
     ``train_levels``: the run's ``rollout.train_levels`` (None: from ``run_dir``'s config.yaml when given)."""
-    if train_levels is None and run_dir is not None:
-        train_levels = configured_train_levels(Path(run_dir))
-    data = RunData(tuple(rows), Path(run_dir) if run_dir is not None else None, open_loop, search_levels,
-                   train_levels)
+    data = _run_data(rows, run_dir, open_loop, search_levels, train_levels)
     checks = []
     for rule in RULES:
         if live and not rule.live:
@@ -822,8 +828,7 @@ def diagnose(run_dir: str | Path, *, open_loop: bool = False, search_levels: int
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").is_file():
         raise RagenError(f"{str(run_dir)!r} is not a run folder (no metrics.jsonl)")
-    data = RunData(tuple(plot.read_jsonl(run_dir / "metrics.jsonl")), run_dir, open_loop, search_levels,
-                   configured_train_levels(run_dir))
+    data = _run_data(plot.read_jsonl(run_dir / "metrics.jsonl"), run_dir, open_loop, search_levels)
     diag = Diagnosis(str(run_dir), tuple(rule.check(data) for rule in RULES))
     return attrs.evolve(diag, open_loop=open_loop_baseline(data) if open_loop else None)
 
