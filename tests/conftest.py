@@ -34,8 +34,8 @@ MAX_WORKERS = 4
 #: to the workers first
 LONG_FIRST = ("tests/runs/test_learning_gates.py",)
 #: pytest-timeout's limit (seconds) for their tests, fixture included, unless a test sets its own: the gates' shared
-#: run takes 8 min on 2 idle cores, but beside another worker it has one core, and the 900 s of pyproject.toml ended
-#: it on a loaded machine before its own subprocess timeout could say what was slow
+#: run takes about 15.5 min on 2 idle cores beside the other worker (933 s on a fresh clone, 2026-11-29), and the 900 s
+#: of pyproject.toml would end it before its own subprocess timeout (2,100 s) could say what was slow
 LONG_TIMEOUT_S = 2400
 
 

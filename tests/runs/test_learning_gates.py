@@ -39,7 +39,9 @@ def pinned_run(tmp_path_factory):
                   "rollout.train_levels=1", f"trainer.steps={PINNED_STEPS}", "trainer.test_freq=0",
                   "rollout.n_val_groups=8", f"rollout.n_paired_levels={LEVELS}", "logging.progress=false",
                   f"logging.run_dir={tmp}", "logging.name=pinned", "early_stop.val_patience=0"),
-        env=env, capture_output=True, text=True, timeout=1200, cwd=tmp)
+        # about 15.5 min on 2 idle cores (a fresh clone, 2026-11-29); below conftest.LONG_TIMEOUT_S, so that a slow
+        # machine gets this timeout and the run's stderr rather than pytest-timeout's stack dump
+        env=env, capture_output=True, text=True, timeout=2100, cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp / "pinned"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
