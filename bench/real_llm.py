@@ -97,16 +97,18 @@ RECIPE: dict[str, list[str]] = {
 
 #: the time model of the plan, SmolLM2-135M fp32 on 2 cores: frozenlake's step_s and warm_s measured at load 5-7 on
 #: 2026-11-29 (median GRPO step 99 s; the default real-model warm start, 256 demos x 3 epochs, 2,141 s), sokoban's
-#: scaled from them; the times of finished runs in the JSON replace step_s on a resume. ``warm_s``: demos + the
-#: real-model warm start; ``paired_s``: one greedy pass over 128 levels (112 s measured for frozenlake);
-#: ``start_s``: process start, model load, export; ``arm_factor``: a PPO step (critic) vs GRPO's, a dapo-wide step
-#: (8x the episodes, updates on 1-7 kept groups: 150-190 s alone, 2026-11-29) vs GRPO's.
+#: alone (load 1.8-1.9) the same day (median GRPO step 45 s: 17 s rollout, 27 s update of the 1-2 kept groups; warm
+#: start 2,004 s; both greedy passes about 330 s); the times of finished runs in the JSON replace step_s on a resume.
+#: ``warm_s``: demos + the real-model warm start (a cached warm start costs nothing: the plan counts it for the first
+#: run of each env all the same); ``paired_s``: one greedy pass over 128 levels; ``start_s``: process start, model
+#: load, export; ``arm_factor``: a PPO step (critic) vs GRPO's, a dapo-wide step (8x the episodes, updates on 1-8
+#: kept groups: 252 s median on frozenlake alone, 2026-11-29) vs GRPO's.
 COST = {
-    "step_s": {"frozenlake": 100.0, "sokoban": 110.0},
-    "paired_s": {"frozenlake": 150.0, "sokoban": 200.0},
-    "warm_s": {"frozenlake": 2000.0, "sokoban": 2600.0},
+    "step_s": {"frozenlake": 100.0, "sokoban": 45.0},
+    "paired_s": {"frozenlake": 150.0, "sokoban": 165.0},
+    "warm_s": {"frozenlake": 2000.0, "sokoban": 2000.0},
     "start_s": 30.0,
-    "arm_factor": {"grpo": 1.0, "ppo": 2.0, "dapo-wide": 1.7},
+    "arm_factor": {"grpo": 1.0, "ppo": 2.0, "dapo-wide": 2.5},
 }
 
 
